@@ -1,0 +1,44 @@
+/* Shared pieces of the CPython binding. The binding only converts and validates
+ * arguments, releases the GIL and calls the engine (csrc/rlxc.h). */
+#ifndef RLXC_BINDINGS_COMMON_H
+#define RLXC_BINDINGS_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define PY_ARRAY_UNIQUE_SYMBOL rlxc_ARRAY_API
+#ifndef RLXC_BINDINGS_MODULE
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include "rlxc.h"
+
+typedef struct {
+    PyObject_HEAD
+    rlxc_layer layer;
+    int busy; /* pipelines computing with this layer right now: fields and weights are frozen */
+    PyObject *weakrefs;
+} LayerObject;
+
+extern PyTypeObject Layer_Type;
+extern PyTypeObject Pipeline_Type;
+extern PyMethodDef rlxc_ops_methods[];
+int rlxc_layer_type_prepare(void);
+
+/* Enum classes registered by the Python package (NormType, FfnType, Activation, RopeLayout). */
+enum { ENUM_NORM, ENUM_FFN, ENUM_ACT, ENUM_ROPE, ENUM_COUNT };
+extern PyObject *rlxc_enum_classes[ENUM_COUNT];
+
+/* The array itself (borrowed) if obj is an aligned, native, C-contiguous float32 ndarray with
+ * lo <= ndim <= hi; otherwise NULL with a TypeError/ValueError naming `name`. */
+PyArrayObject *as_f32(PyObject *obj, const char *name, int lo, int hi);
+/* ValueError naming `name` if any element is NaN or infinite. */
+int check_finite(PyArrayObject *a, const char *name);
+/* A new C-contiguous array of the given shape and type. */
+PyArrayObject *new_array(int ndim, const npy_intp *dims, int type);
+/* Python int -> C int with a ValueError naming `name` when out of [lo, hi]. */
+int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out);
+/* "f32" | "q4_0" | "q8_0" -> rlxc_wtype; -1 with ValueError otherwise. */
+int wtype_arg(const char *s, const char *name);
+
+#endif

@@ -1,0 +1,135 @@
+/* The rlxc._rlxc module: kernel selection at import, CPU info, argument helpers. */
+#define RLXC_BINDINGS_MODULE
+#include "common.h"
+#include "kernels.h"
+
+PyObject *rlxc_enum_classes[ENUM_COUNT];
+
+PyArrayObject *as_f32(PyObject *obj, const char *name, int lo, int hi) {
+    if (!PyArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray of float32, got %s", name, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)obj;
+    if (PyArray_TYPE(a) != NPY_FLOAT32) {
+        PyErr_Format(PyExc_TypeError, "%s must have dtype float32, got %s (use .astype(np.float32))", name,
+                     PyArray_DESCR(a)->typeobj->tp_name);
+        return NULL;
+    }
+    if (PyArray_NDIM(a) < lo || PyArray_NDIM(a) > hi) {
+        if (lo == hi) PyErr_Format(PyExc_ValueError, "%s must be %d-D, got %d-D", name, lo, PyArray_NDIM(a));
+        else PyErr_Format(PyExc_ValueError, "%s must be %d-D to %d-D, got %d-D", name, lo, hi, PyArray_NDIM(a));
+        return NULL;
+    }
+    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a)) {
+        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous, aligned and native-endian (use np.ascontiguousarray)",
+                     name);
+        return NULL;
+    }
+    return a;
+}
+
+int check_finite(PyArrayObject *a, const char *name) {
+    const float *x = PyArray_DATA(a);
+    const npy_intp n = PyArray_SIZE(a);
+    for (npy_intp i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            PyErr_Format(PyExc_ValueError, "%s contains NaN or infinity (at flat index %zd)", name, (Py_ssize_t)i);
+            return -1;
+        }
+    return 0;
+}
+
+PyArrayObject *new_array(int ndim, const npy_intp *dims, int type) {
+    return (PyArrayObject *)PyArray_SimpleNew(ndim, (npy_intp *)dims, type);
+}
+
+int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out) {
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, got %s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [%ld, %ld], got %S", name, lo, hi, obj);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int wtype_arg(const char *s, const char *name) {
+    if (!strcmp(s, "f32")) return RLXC_F32;
+    if (!strcmp(s, "q4_0")) return RLXC_Q4_0;
+    if (!strcmp(s, "q8_0")) return RLXC_Q8_0;
+    PyErr_Format(PyExc_ValueError, "%s must be 'f32', 'q4_0' or 'q8_0', got '%s'", name, s);
+    return -1;
+}
+
+static PyObject *cpu_info(PyObject *self, PyObject *noargs) {
+    const char *compiled[] = {"scalar", "avx2", "avx512", "neon"};
+    PyObject *avail = PyList_New(0);
+    if (!avail) return NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!rlxc_kernels_available(compiled[i])) continue;
+        PyObject *s = PyUnicode_FromString(compiled[i]);
+        if (!s || PyList_Append(avail, s)) { Py_XDECREF(s); Py_DECREF(avail); return NULL; }
+        Py_DECREF(s);
+    }
+    return Py_BuildValue("{s:s,s:s,s:N}", "features", rlxc_cpu_features(), "isa", rlxc_kernels_active()->isa,
+                         "available_isas", avail);
+}
+
+static PyObject *set_isa(PyObject *self, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    char err[RLXC_ERRLEN];
+    if (rlxc_kernels_select(name, err, sizeof err)) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_isa(PyObject *self, PyObject *noargs) { return PyUnicode_FromString(rlxc_kernels_active()->isa); }
+
+static PyObject *register_enums(PyObject *self, PyObject *args) {
+    PyObject *e[ENUM_COUNT];
+    if (!PyArg_ParseTuple(args, "OOOO", &e[0], &e[1], &e[2], &e[3])) return NULL;
+    for (int i = 0; i < ENUM_COUNT; i++) {
+        Py_INCREF(e[i]);
+        Py_XSETREF(rlxc_enum_classes[i], e[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"cpu_info", cpu_info, METH_NOARGS, "cpu_info() -> dict: CPU features, the active ISA and the ISAs usable here."},
+    {"set_isa", set_isa, METH_O, "set_isa(name): use 'scalar', 'avx2', 'avx512', 'neon' or 'auto' kernels."},
+    {"get_isa", get_isa, METH_NOARGS, "get_isa() -> str: the ISA of the active kernel table."},
+    {"_register_enums", register_enums, METH_VARARGS, "internal: the Python enum classes for enum fields."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, .m_name = "_rlxc", .m_doc = "rlxc C engine binding.", .m_size = -1};
+
+PyMODINIT_FUNC PyInit__rlxc(void) {
+    import_array();
+    char err[RLXC_ERRLEN];
+    if (rlxc_kernels_init(err, sizeof err)) {
+        PyErr_SetString(PyExc_ImportError, err);
+        return NULL;
+    }
+    if (rlxc_layer_type_prepare() < 0 || PyType_Ready(&Pipeline_Type) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    if (PyModule_AddFunctions(m, module_methods) || PyModule_AddFunctions(m, rlxc_ops_methods) ||
+        PyModule_AddObjectRef(m, "Layer", (PyObject *)&Layer_Type) ||
+        PyModule_AddObjectRef(m, "Pipeline", (PyObject *)&Pipeline_Type)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,357 @@
+/* rlxc.ops: kernels of the active table callable one by one on NumPy arrays, and the
+ * GGUF block quantizers. Inputs are never modified; every op returns a new array. */
+#include <stdlib.h>
+#include "common.h"
+#include "kernels.h"
+
+#define KN rlxc_kernels_active()
+
+/* A float32 copy of x to compute in place. */
+static PyArrayObject *copy_of(PyArrayObject *x) {
+    PyArrayObject *y = new_array(PyArray_NDIM(x), PyArray_DIMS(x), NPY_FLOAT32);
+    if (y) memcpy(PyArray_DATA(y), PyArray_DATA(x), PyArray_NBYTES(x));
+    return y;
+}
+
+static int last_dim(PyArrayObject *a) { return (int)PyArray_DIM(a, PyArray_NDIM(a) - 1); }
+
+static int vec_arg(PyObject *o, const char *name, int n, PyArrayObject **out) {
+    *out = NULL;
+    if (o == Py_None) return 0;
+    PyArrayObject *a = as_f32(o, name, 1, 1);
+    if (!a) return -1;
+    if (PyArray_DIM(a, 0) != n) {
+        PyErr_Format(PyExc_ValueError, "%s must have shape (%d,), got (%zd,)", name, n, (Py_ssize_t)PyArray_DIM(a, 0));
+        return -1;
+    }
+    *out = a;
+    return 0;
+}
+
+static int nonempty(PyArrayObject *a, const char *name) {
+    if (PyArray_SIZE(a) == 0) {
+        PyErr_Format(PyExc_ValueError, "%s must not be empty", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- quantization ---- */
+
+static PyObject *quantize(PyObject *args, PyObject *kw, rlxc_wtype t, const char *fname) {
+    static char *kwlist[] = {"w", NULL};
+    PyObject *wo;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O", kwlist, &wo)) return NULL;
+    PyArrayObject *w = as_f32(wo, "w", 2, 2);
+    if (!w) return NULL;
+    const npy_intp N = PyArray_DIM(w, 0), K = PyArray_DIM(w, 1);
+    if (K == 0 || K % RLXC_QK || K > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "w must have a positive number of columns divisible by 32 for %s, got %zd", fname,
+                     (Py_ssize_t)K);
+        return NULL;
+    }
+    const size_t rb = rlxc_wtype_row_bytes(t, (int)K);
+    npy_intp dims[2] = {N, (npy_intp)rb};
+    PyArrayObject *out = new_array(2, dims, NPY_UINT8);
+    if (!out) return NULL;
+    const float *src = PyArray_DATA(w);
+    char *dst = PyArray_DATA(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp r = 0; r < N; r++) {
+        if (t == RLXC_Q4_0) rlxc_quantize_row_q4_0((block_q4_0 *)(dst + r * rb), src + r * K, (int)K);
+        else rlxc_quantize_row_q8_0((block_q8_0 *)(dst + r * rb), src + r * K, (int)K);
+    }
+    Py_END_ALLOW_THREADS
+    return (PyObject *)out;
+}
+
+/* uint8 [N, row_bytes] of blocks of `block_bytes` -> (N, K); NULL with an error otherwise. */
+static PyArrayObject *blocks_arg(PyObject *o, const char *name, size_t block_bytes, npy_intp *K) {
+    if (!PyArray_Check(o) || PyArray_TYPE((PyArrayObject *)o) != NPY_UINT8 || PyArray_NDIM((PyArrayObject *)o) != 2 ||
+        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous 2-D numpy.ndarray of uint8", name);
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)o;
+    const npy_intp rb = PyArray_DIM(a, 1);
+    if (rb == 0 || rb % (npy_intp)block_bytes || rb / (npy_intp)block_bytes * RLXC_QK > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s rows must be a positive multiple of %zu bytes (one block), got %zd", name,
+                     block_bytes, (Py_ssize_t)rb);
+        return NULL;
+    }
+    *K = rb / (npy_intp)block_bytes * RLXC_QK;
+    return a;
+}
+
+static PyObject *dequantize(PyObject *args, PyObject *kw, rlxc_wtype t) {
+    static char *kwlist[] = {"b", NULL};
+    PyObject *bo;
+    npy_intp K;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O", kwlist, &bo)) return NULL;
+    const size_t bb = t == RLXC_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    PyArrayObject *b = blocks_arg(bo, "b", bb, &K);
+    if (!b) return NULL;
+    const npy_intp N = PyArray_DIM(b, 0), rb = PyArray_DIM(b, 1);
+    npy_intp dims[2] = {N, K};
+    PyArrayObject *out = new_array(2, dims, NPY_FLOAT32);
+    if (!out) return NULL;
+    const char *src = PyArray_DATA(b);
+    float *dst = PyArray_DATA(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp r = 0; r < N; r++) {
+        if (t == RLXC_Q4_0) rlxc_dequantize_row_q4_0(dst + r * K, (const block_q4_0 *)(src + r * rb), (int)K);
+        else rlxc_dequantize_row_q8_0(dst + r * K, (const block_q8_0 *)(src + r * rb), (int)K);
+    }
+    Py_END_ALLOW_THREADS
+    return (PyObject *)out;
+}
+
+static PyObject *op_quantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_0, "q4_0"); }
+static PyObject *op_quantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q8_0, "q8_0"); }
+static PyObject *op_dequantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize(a, k, RLXC_Q4_0); }
+static PyObject *op_dequantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize(a, k, RLXC_Q8_0); }
+
+/* ---- matmul ---- */
+
+static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"x", "w", "wtype", "threads", NULL};
+    PyObject *xo, *wo, *tho = Py_None;
+    const char *wts = "f32";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|sO:matmul", kwlist, &xo, &wo, &wts, &tho)) return NULL;
+    const int wt = wtype_arg(wts, "wtype");
+    int threads = 1;
+    if (wt < 0 || (tho != Py_None && int_arg(tho, "threads", 1, 1024, &threads))) return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 1, 2);
+    if (!x || nonempty(x, "x")) return NULL;
+    rlxc_weight w = {.type = (rlxc_wtype)wt};
+    PyArrayObject *wa;
+    npy_intp K;
+    if (wt == RLXC_F32) {
+        wa = as_f32(wo, "w", 2, 2);
+        K = wa ? PyArray_DIM(wa, 1) : 0;
+    } else {
+        wa = blocks_arg(wo, "w", wt == RLXC_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0), &K);
+    }
+    if (!wa || nonempty(wa, "w")) return NULL;
+    if (PyArray_DIM(wa, 0) > INT32_MAX || K > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "w is too large");
+        return NULL;
+    }
+    w.rows = (int)PyArray_DIM(wa, 0);
+    w.cols = (int)K;
+    w.data = PyArray_DATA(wa);
+    if (last_dim(x) != K) {
+        PyErr_Format(PyExc_ValueError, "x's last dimension (%d) must equal w's input width (%zd)", last_dim(x), (Py_ssize_t)K);
+        return NULL;
+    }
+    const npy_intp T = PyArray_NDIM(x) == 2 ? PyArray_DIM(x, 0) : 1;
+    if (T > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "x has too many rows");
+        return NULL;
+    }
+    npy_intp dims[2] = {T, w.rows};
+    PyArrayObject *out = PyArray_NDIM(x) == 2 ? new_array(2, dims, NPY_FLOAT32) : new_array(1, dims + 1, NPY_FLOAT32);
+    void *xq = wt == RLXC_F32 ? NULL : malloc((size_t)T * (K / RLXC_QK) * sizeof(block_q8_0));
+    if (!out || (wt != RLXC_F32 && !xq)) {
+        free(xq);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rlxc_linear(PyArray_DATA(out), &w, PyArray_DATA(x), (int)T, threads, xq);
+    Py_END_ALLOW_THREADS
+    free(xq);
+    return (PyObject *)out;
+}
+
+/* ---- norms ---- */
+
+static PyObject *op_rmsnorm(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"x", "w", "eps", "offset", NULL};
+    PyObject *xo, *wo = Py_None;
+    double eps = 1e-6, offset = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Odd:rmsnorm", kwlist, &xo, &wo, &eps, &offset)) return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 1, 8), *w;
+    if (!x || nonempty(x, "x") || vec_arg(wo, "w", x ? last_dim(x) : 0, &w)) return NULL;
+    if (!(eps > 0)) { PyErr_SetString(PyExc_ValueError, "eps must be > 0"); return NULL; }
+    PyArrayObject *y = copy_of(x);
+    if (!y) return NULL;
+    const int n = last_dim(x);
+    const npy_intp rows = PyArray_SIZE(x) / n;
+    float *yd = PyArray_DATA(y);
+    const float *wd = w ? PyArray_DATA(w) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp r = 0; r < rows; r++) KN->rmsnorm(yd + r * n, yd + r * n, wd, (float)offset, (float)eps, n);
+    Py_END_ALLOW_THREADS
+    return (PyObject *)y;
+}
+
+static PyObject *op_layernorm(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"x", "w", "b", "eps", NULL};
+    PyObject *xo, *wo, *bo = Py_None;
+    double eps = 1e-5;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Od:layernorm", kwlist, &xo, &wo, &bo, &eps)) return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 1, 8), *w, *b;
+    if (!x || nonempty(x, "x") || vec_arg(wo, "w", last_dim(x), &w) || vec_arg(bo, "b", last_dim(x), &b)) return NULL;
+    if (!w) { PyErr_SetString(PyExc_TypeError, "w must be a float32 array, not None"); return NULL; }
+    if (!(eps > 0)) { PyErr_SetString(PyExc_ValueError, "eps must be > 0"); return NULL; }
+    PyArrayObject *y = copy_of(x);
+    if (!y) return NULL;
+    const int n = last_dim(x);
+    const npy_intp rows = PyArray_SIZE(x) / n;
+    float *yd = PyArray_DATA(y);
+    const float *wd = PyArray_DATA(w), *bd = b ? PyArray_DATA(b) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (npy_intp r = 0; r < rows; r++) KN->layernorm(yd + r * n, yd + r * n, wd, bd, (float)eps, n);
+    Py_END_ALLOW_THREADS
+    return (PyObject *)y;
+}
+
+/* ---- RoPE, attention ---- */
+
+static PyObject *op_rope(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"x", "pos", "rotary_dim", "base", "proportional", "freq_factors", "attn_factor", NULL};
+    PyObject *xo, *poso, *rdo = Py_None, *ffo = Py_None;
+    double base = 10000.0, attn_factor = 1.0;
+    int proportional = 0, pos;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OdpOd:rope", kwlist, &xo, &poso, &rdo, &base, &proportional, &ffo,
+                                     &attn_factor))
+        return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 2, 2), *ff;
+    if (!x || nonempty(x, "x") || int_arg(poso, "pos", 0, 1 << 24, &pos)) return NULL;
+    rlxc_layer l;
+    rlxc_layer_init(&l);
+    l.num_q_heads = l.num_kv_heads = (int)PyArray_DIM(x, 0);
+    l.head_dim = (int)PyArray_DIM(x, 1);
+    l.rotary_dim = l.head_dim;
+    if (rdo != Py_None && int_arg(rdo, "rotary_dim", 0, l.head_dim, &l.rotary_dim)) return NULL;
+    l.rope_base = (float)base;
+    l.rope_layout = proportional ? RLXC_ROPE_PROPORTIONAL : RLXC_ROPE_PREFIX;
+    l.rope_attn_factor = (float)attn_factor;
+    char err[RLXC_ERRLEN];
+    if (rlxc_layer_check_fields(&l, err)) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    if (vec_arg(ffo, "freq_factors", l.rotary_dim / 2, &ff)) return NULL;
+    l.w[RLXC_W_ROPE_FREQ_FACTORS].data = ff ? PyArray_DATA(ff) : NULL; /* borrowed: l is never freed */
+    PyArrayObject *y = copy_of(x);
+    if (!y) return NULL;
+    const int n_pairs = l.rotary_dim / 2, half = proportional ? l.head_dim / 2 : n_pairs;
+    float *cs = malloc(2 * (n_pairs + 1) * sizeof(float));
+    if (!cs) { Py_DECREF(y); return PyErr_NoMemory(); }
+    Py_BEGIN_ALLOW_THREADS
+    rlxc_rope_angles(&l, pos, cs, cs + n_pairs);
+    KN->rope(PyArray_DATA(y), l.num_q_heads, l.head_dim, cs, cs + n_pairs, n_pairs, half);
+    Py_END_ALLOW_THREADS
+    free(cs);
+    return (PyObject *)y;
+}
+
+static PyObject *op_attention(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"q", "k", "v", "pos", "window", "scale", "softcap", NULL};
+    PyObject *qo, *ko, *vo, *poso, *scaleo = Py_None;
+    int pos, window = 0;
+    double softcap = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|iOd:attention", kwlist, &qo, &ko, &vo, &poso, &window, &scaleo,
+                                     &softcap))
+        return NULL;
+    PyArrayObject *q = as_f32(qo, "q", 2, 2), *k = q ? as_f32(ko, "k", 3, 3) : NULL, *v = k ? as_f32(vo, "v", 3, 3) : NULL;
+    if (!v || nonempty(q, "q") || nonempty(k, "k")) return NULL;
+    const int nq = (int)PyArray_DIM(q, 0), hd = (int)PyArray_DIM(q, 1);
+    const int nkv = (int)PyArray_DIM(k, 0), S = (int)PyArray_DIM(k, 1);
+    if (PyArray_DIM(k, 2) != hd || !PyArray_SAMESHAPE(k, v)) {
+        PyErr_Format(PyExc_ValueError, "k and v must both have shape (num_kv_heads, seq, %d)", hd);
+        return NULL;
+    }
+    if (nq % nkv) {
+        PyErr_Format(PyExc_ValueError, "q's heads (%d) must be a multiple of k's heads (%d)", nq, nkv);
+        return NULL;
+    }
+    if (int_arg(poso, "pos", 0, S - 1, &pos)) return NULL;
+    if (window < 0) { PyErr_SetString(PyExc_ValueError, "window must be >= 0"); return NULL; }
+    if (!(softcap >= 0)) { PyErr_SetString(PyExc_ValueError, "softcap must be >= 0"); return NULL; }
+    double scale = 1.0 / sqrt((double)hd);
+    if (scaleo != Py_None) {
+        scale = PyFloat_AsDouble(scaleo);
+        if (scale == -1.0 && PyErr_Occurred()) return NULL;
+    }
+    npy_intp dims[2] = {nq, hd};
+    PyArrayObject *out = new_array(2, dims, NPY_FLOAT32);
+    float *scores = malloc((size_t)S * sizeof(float));
+    if (!out || !scores) { Py_XDECREF(out); free(scores); return PyErr_NoMemory(); }
+    const int start = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, group = nq / nkv;
+    const float *qd = PyArray_DATA(q), *kd = PyArray_DATA(k), *vd = PyArray_DATA(v);
+    float *od = PyArray_DATA(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (int h = 0; h < nq; h++) {
+        const size_t base = ((size_t)(h / group) * S + start) * hd;
+        KN->attn_head(od + (size_t)h * hd, qd + (size_t)h * hd, kd + base, vd + base, hd, pos - start + 1,
+                      (float)scale, (float)softcap, scores);
+    }
+    Py_END_ALLOW_THREADS
+    free(scores);
+    return (PyObject *)out;
+}
+
+/* ---- elementwise ---- */
+
+static PyObject *unary(PyObject *args, void (*f)(float *, const float *, int)) {
+    PyObject *xo;
+    if (!PyArg_ParseTuple(args, "O", &xo)) return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 0, 32);
+    if (!x) return NULL;
+    PyArrayObject *y = copy_of(x);
+    if (!y) return NULL;
+    if (PyArray_SIZE(x) > INT32_MAX) { Py_DECREF(y); PyErr_SetString(PyExc_ValueError, "x is too large"); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    f(PyArray_DATA(y), PyArray_DATA(y), (int)PyArray_SIZE(y));
+    Py_END_ALLOW_THREADS
+    return (PyObject *)y;
+}
+
+static PyObject *op_silu(PyObject *m, PyObject *args) { return unary(args, KN->silu); }
+static PyObject *op_gelu_tanh(PyObject *m, PyObject *args) { return unary(args, KN->gelu_tanh); }
+
+static PyObject *scalar_op(PyObject *args, const char *fmt, void (*f)(float *, float, int), int positive) {
+    PyObject *xo;
+    double s;
+    if (!PyArg_ParseTuple(args, fmt, &xo, &s)) return NULL;
+    if (positive && !(s > 0)) { PyErr_SetString(PyExc_ValueError, "cap must be > 0"); return NULL; }
+    PyArrayObject *x = as_f32(xo, "x", 0, 32);
+    if (!x) return NULL;
+    PyArrayObject *y = copy_of(x);
+    if (!y) return NULL;
+    if (PyArray_SIZE(x) > INT32_MAX) { Py_DECREF(y); PyErr_SetString(PyExc_ValueError, "x is too large"); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    f(PyArray_DATA(y), (float)s, (int)PyArray_SIZE(y));
+    Py_END_ALLOW_THREADS
+    return (PyObject *)y;
+}
+
+static PyObject *op_softcap(PyObject *m, PyObject *args) { return scalar_op(args, "Od:softcap", KN->softcap, 1); }
+static PyObject *op_scale(PyObject *m, PyObject *args) { return scalar_op(args, "Od:scale", KN->scale, 0); }
+
+#define KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
+PyMethodDef rlxc_ops_methods[] = {
+    {"quantize_q4_0", KW(op_quantize_q4_0), "quantize_q4_0(w: float32[N, K]) -> uint8[N, K//32*18] (GGUF Q4_0 blocks)."},
+    {"dequantize_q4_0", KW(op_dequantize_q4_0), "dequantize_q4_0(b: uint8[N, K//32*18]) -> float32[N, K]."},
+    {"quantize_q8_0", KW(op_quantize_q8_0), "quantize_q8_0(w: float32[N, K]) -> uint8[N, K//32*34] (GGUF Q8_0 blocks)."},
+    {"dequantize_q8_0", KW(op_dequantize_q8_0), "dequantize_q8_0(b: uint8[N, K//32*34]) -> float32[N, K]."},
+    {"matmul", KW(op_matmul),
+     "matmul(x: float32[T, K] or [K], w, wtype='f32', threads=None) -> x @ W.T. w is float32 [N, K] or the "
+     "quantized bytes of a q4_0 / q8_0 matrix; quantized weights quantize x to Q8_0 per 32 (integer dots)."},
+    {"rmsnorm", KW(op_rmsnorm), "rmsnorm(x, w=None, eps=1e-6, offset=0.0): x / rms(x) * (offset + w) over the last axis."},
+    {"layernorm", KW(op_layernorm), "layernorm(x, w, b=None, eps=1e-5) over the last axis."},
+    {"rope", KW(op_rope),
+     "rope(x: float32[n_heads, head_dim], pos, rotary_dim=None, base=10000.0, proportional=False, freq_factors=None, "
+     "attn_factor=1.0): rotate-half RoPE at position pos."},
+    {"attention", KW(op_attention),
+     "attention(q: [nq, hd], k: [nkv, S, hd], v: [nkv, S, hd], pos, window=0, scale=None, softcap=0.0) -> [nq, hd]: "
+     "the query at position pos over cached keys 0..pos (the last `window` of them if window > 0)."},
+    {"silu", (PyCFunction)op_silu, METH_VARARGS, "silu(x) = x * sigmoid(x)."},
+    {"gelu_tanh", (PyCFunction)op_gelu_tanh, METH_VARARGS, "gelu_tanh(x): GELU with the tanh approximation."},
+    {"softcap", (PyCFunction)op_softcap, METH_VARARGS, "softcap(x, cap) = cap * tanh(x / cap)."},
+    {"scale", (PyCFunction)op_scale, METH_VARARGS, "scale(x, s) = x * s."},
+    {NULL, NULL, 0, NULL},
+};

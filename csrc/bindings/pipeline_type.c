@@ -1,0 +1,290 @@
+/* rlxc._rlxc.Pipeline: a stack of Layer objects with its KV caches. Calls release the
+ * GIL; a per-pipeline lock serializes threads that share one pipeline. */
+#include "common.h"
+#include "pythread.h"
+
+typedef struct {
+    PyObject_HEAD
+    rlxc_pipeline *p;
+    PyObject *layers; /* tuple of Layer */
+    PyThread_type_lock lock;
+} PipelineObject;
+
+static int Pipeline_init(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"layers", "max_seq", "threads", NULL};
+    PipelineObject *self = (PipelineObject *)o;
+    PyObject *seq, *max_seq_obj, *threads_obj = Py_None;
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Pipeline is already initialized");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:Pipeline", kwlist, &seq, &max_seq_obj, &threads_obj)) return -1;
+    int max_seq, threads = 0;
+    if (int_arg(max_seq_obj, "max_seq", 1, 1 << 24, &max_seq)) return -1;
+    if (threads_obj != Py_None && int_arg(threads_obj, "threads", 1, 1024, &threads)) return -1;
+    PyObject *tup = PySequence_Tuple(seq);
+    if (!tup) {
+        PyErr_SetString(PyExc_TypeError, "layers must be a sequence of rlxc.Layer");
+        return -1;
+    }
+    const Py_ssize_t n = PyTuple_GET_SIZE(tup);
+    if (n == 0 || n > 100000) {
+        Py_DECREF(tup);
+        PyErr_SetString(PyExc_ValueError, "layers must hold between 1 and 100000 rlxc.Layer");
+        return -1;
+    }
+    rlxc_layer **ptrs = PyMem_Malloc(n * sizeof *ptrs);
+    if (!ptrs) { Py_DECREF(tup); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PyTuple_GET_ITEM(tup, i);
+        if (!PyObject_TypeCheck(it, &Layer_Type)) {
+            PyErr_Format(PyExc_TypeError, "layers[%zd] must be an rlxc.Layer, got %s", i, Py_TYPE(it)->tp_name);
+            PyMem_Free(ptrs);
+            Py_DECREF(tup);
+            return -1;
+        }
+        ptrs[i] = &((LayerObject *)it)->layer;
+    }
+    char err[RLXC_ERRLEN];
+    self->p = rlxc_pipeline_create(ptrs, (int)n, max_seq, threads, err);
+    PyMem_Free(ptrs);
+    if (!self->p) {
+        Py_DECREF(tup);
+        PyErr_SetString(PyExc_ValueError, err);
+        return -1;
+    }
+    self->layers = tup;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) { PyErr_NoMemory(); return -1; }
+    return 0;
+}
+
+static int Pipeline_traverse(PyObject *o, visitproc visit, void *arg) {
+    Py_VISIT(((PipelineObject *)o)->layers);
+    return 0;
+}
+
+static int Pipeline_clear(PyObject *o) {
+    Py_CLEAR(((PipelineObject *)o)->layers);
+    return 0;
+}
+
+static void Pipeline_dealloc(PyObject *o) {
+    PipelineObject *self = (PipelineObject *)o;
+    PyObject_GC_UnTrack(o);
+    rlxc_pipeline_free(self->p);
+    if (self->lock) PyThread_free_lock(self->lock);
+    Pipeline_clear(o);
+    Py_TYPE(o)->tp_free(o);
+}
+
+static int ready(PipelineObject *self) {
+    if (!self->p || !self->layers) {
+        PyErr_SetString(PyExc_RuntimeError, "Pipeline is not initialized");
+        return 0;
+    }
+    return 1;
+}
+
+/* Take the pipeline's lock (waiting without the GIL) and freeze its layers. */
+static void enter(PipelineObject *self) {
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++)
+        ((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->busy++;
+}
+
+static void leave(PipelineObject *self) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++)
+        ((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->busy--;
+    PyThread_release_lock(self->lock);
+}
+
+/* ple must be None when no layer has ple_dim, else float32 [T, ple_stride] (or [ple_stride] for one token). */
+static int ple_arg(PipelineObject *self, PyObject *ple, int T, int one_token, const float **out) {
+    const int stride = rlxc_pipeline_ple_stride(self->p);
+    *out = NULL;
+    if (ple == Py_None) {
+        if (stride > 0) {
+            PyErr_Format(PyExc_ValueError, "ple is required: the layers take per-layer inputs of %d floats per token",
+                         stride);
+            return -1;
+        }
+        return 0;
+    }
+    if (stride == 0) {
+        PyErr_SetString(PyExc_ValueError, "ple must be None: no layer has ple_dim > 0");
+        return -1;
+    }
+    PyArrayObject *a = as_f32(ple, "ple", one_token ? 1 : 2, one_token ? 1 : 2);
+    if (!a) return -1;
+    if ((one_token && PyArray_DIM(a, 0) != stride) ||
+        (!one_token && (PyArray_DIM(a, 0) != T || PyArray_DIM(a, 1) != stride))) {
+        PyErr_Format(PyExc_ValueError, one_token ? "ple must have shape (%d,)" : "ple must have shape (%d, %d)",
+                     one_token ? stride : T, stride);
+        return -1;
+    }
+    if (check_finite(a, "ple")) return -1;
+    *out = PyArray_DATA(a);
+    return 0;
+}
+
+static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int decode, const float *ple,
+                     int layer_outputs) {
+    const int H = rlxc_pipeline_hidden_size(self->p), L = (int)PyTuple_GET_SIZE(self->layers);
+    npy_intp dims[3] = {L, T, H};
+    PyArrayObject *out = decode ? new_array(1, dims + 2, NPY_FLOAT32) : new_array(2, dims + 1, NPY_FLOAT32);
+    PyArrayObject *lo = layer_outputs ? (decode ? new_array(2, (npy_intp[]){L, H}, NPY_FLOAT32)
+                                                : new_array(3, dims, NPY_FLOAT32))
+                                      : NULL;
+    if (!out || (layer_outputs && !lo)) {
+        Py_XDECREF(out);
+        Py_XDECREF(lo);
+        return NULL;
+    }
+    char err[RLXC_ERRLEN];
+    int rc;
+    float *lop = lo ? PyArray_DATA(lo) : NULL;
+    enter(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = decode ? rlxc_pipeline_decode(self->p, PyArray_DATA(x), ple, pos, PyArray_DATA(out), lop, err)
+                : rlxc_pipeline_prefill(self->p, PyArray_DATA(x), ple, T, PyArray_DATA(out), lop, err);
+    Py_END_ALLOW_THREADS
+    leave(self);
+    if (rc) {
+        Py_DECREF(out);
+        Py_XDECREF(lo);
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    if (!lo) return (PyObject *)out;
+    return Py_BuildValue("(NN)", out, lo);
+}
+
+static PyObject *Pipeline_prefill(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"x", "ple", "layer_outputs", NULL};
+    PipelineObject *self = (PipelineObject *)o;
+    PyObject *xo, *pleo = Py_None;
+    int layer_outputs = 0;
+    if (!ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "O|Op:prefill", kwlist, &xo, &pleo, &layer_outputs))
+        return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 2, 2);
+    if (!x) return NULL;
+    const int H = rlxc_pipeline_hidden_size(self->p);
+    if (PyArray_DIM(x, 1) != H || PyArray_DIM(x, 0) < 1 || PyArray_DIM(x, 0) > rlxc_pipeline_max_seq(self->p)) {
+        PyErr_Format(PyExc_ValueError, "x must have shape (T, %d) with 1 <= T <= max_seq=%d, got (%zd, %zd)", H,
+                     rlxc_pipeline_max_seq(self->p), (Py_ssize_t)PyArray_DIM(x, 0), (Py_ssize_t)PyArray_DIM(x, 1));
+        return NULL;
+    }
+    const int T = (int)PyArray_DIM(x, 0);
+    const float *ple;
+    if (check_finite(x, "x") || ple_arg(self, pleo, T, 0, &ple)) return NULL;
+    return run(self, x, T, 0, 0, ple, layer_outputs);
+}
+
+static PyObject *Pipeline_decode_token(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"x", "pos", "ple", "layer_outputs", NULL};
+    PipelineObject *self = (PipelineObject *)o;
+    PyObject *xo, *poso, *pleo = Py_None;
+    int layer_outputs = 0, pos;
+    if (!ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "OO|Op:decode_token", kwlist, &xo, &poso, &pleo, &layer_outputs))
+        return NULL;
+    PyArrayObject *x = as_f32(xo, "x", 1, 1);
+    if (!x) return NULL;
+    const int H = rlxc_pipeline_hidden_size(self->p);
+    if (PyArray_DIM(x, 0) != H) {
+        PyErr_Format(PyExc_ValueError, "x must have shape (%d,), got (%zd,)", H, (Py_ssize_t)PyArray_DIM(x, 0));
+        return NULL;
+    }
+    if (int_arg(poso, "pos", 0, rlxc_pipeline_max_seq(self->p) - 1, &pos)) return NULL;
+    if (pos > rlxc_pipeline_n_past(self->p)) {
+        PyErr_Format(PyExc_ValueError, "pos (%d) is past the %d cached tokens: positions must be filled in order", pos,
+                     rlxc_pipeline_n_past(self->p));
+        return NULL;
+    }
+    const float *ple;
+    if (check_finite(x, "x") || ple_arg(self, pleo, 1, 1, &ple)) return NULL;
+    return run(self, x, 1, pos, 1, ple, layer_outputs);
+}
+
+static PyObject *Pipeline_reset(PyObject *o, PyObject *noargs) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!ready(self)) return NULL;
+    char err[RLXC_ERRLEN];
+    enter(self);
+    int rc = rlxc_pipeline_reset(self->p, err);
+    leave(self);
+    if (rc) {
+        PyErr_SetString(PyExc_MemoryError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_int(PyObject *o, int (*f)(const rlxc_pipeline *)) {
+    PipelineObject *self = (PipelineObject *)o;
+    return ready(self) ? PyLong_FromLong(f(self->p)) : NULL;
+}
+static PyObject *Pipeline_n_past(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_n_past); }
+static PyObject *Pipeline_max_seq(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_max_seq); }
+static PyObject *Pipeline_hidden_size(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_hidden_size); }
+static PyObject *Pipeline_ple_stride(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_ple_stride); }
+static PyObject *Pipeline_threads(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_threads); }
+
+static int Pipeline_set_threads(PyObject *o, PyObject *v, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    int n;
+    if (!ready(self)) return -1;
+    if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete threads"); return -1; }
+    if (int_arg(v, "threads", 1, 1024, &n)) return -1;
+    enter(self);
+    rlxc_pipeline_set_threads(self->p, n);
+    leave(self);
+    return 0;
+}
+
+static PyObject *Pipeline_layers(PyObject *o, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!ready(self)) return NULL;
+    return Py_NewRef(self->layers);
+}
+
+static PyMethodDef Pipeline_methods[] = {
+    {"prefill", (PyCFunction)(void (*)(void))Pipeline_prefill, METH_VARARGS | METH_KEYWORDS,
+     "prefill(x, ple=None, layer_outputs=False): run float32 [T, hidden] at positions n_past.. and append to the "
+     "cache. Returns [T, hidden], or (out, [n_layers, T, hidden]) with layer_outputs."},
+    {"decode_token", (PyCFunction)(void (*)(void))Pipeline_decode_token, METH_VARARGS | METH_KEYWORDS,
+     "decode_token(x, pos, ple=None, layer_outputs=False): run one float32 [hidden] token at position pos "
+     "(pos <= n_past; smaller pos rewinds the cache). Returns [hidden]."},
+    {"reset", Pipeline_reset, METH_NOARGS, "reset(): empty the KV cache (and re-size it if layers changed shape)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Pipeline_getset[] = {
+    {"n_past", Pipeline_n_past, NULL, "Tokens in the KV cache.", NULL},
+    {"max_seq", Pipeline_max_seq, NULL, "Capacity of the KV cache in tokens.", NULL},
+    {"hidden_size", Pipeline_hidden_size, NULL, "Width of the residual stream.", NULL},
+    {"ple_stride", Pipeline_ple_stride, NULL, "Per-layer-input floats per token (sum of ple_dim).", NULL},
+    {"threads", Pipeline_threads, Pipeline_set_threads, "OpenMP threads used by each call.", NULL},
+    {"layers", Pipeline_layers, NULL, "The layers, in order (the same objects: edits apply to the next call).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject Pipeline_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rlxc._rlxc.Pipeline",
+    .tp_basicsize = sizeof(PipelineObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Pipeline(layers, max_seq, threads=None): run a stack of Layers over a per-layer KV cache.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = Pipeline_init,
+    .tp_dealloc = Pipeline_dealloc,
+    .tp_traverse = Pipeline_traverse,
+    .tp_clear = Pipeline_clear,
+    .tp_methods = Pipeline_methods,
+    .tp_getset = Pipeline_getset,
+};

@@ -1,0 +1,215 @@
+/* Scalar reference kernels: the oracle every SIMD kernel is tested against.
+ * Written for clarity; compiled with -ffp-contract=off so results do not depend on
+ * whether the target has FMA. */
+#include <math.h>
+#include "kernels_ref.h"
+
+/* ---- quantization (bit-exact with the gguf package and ggml's *_ref) ---- */
+
+void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
+        /* the signed value of largest magnitude (first one on ties) maps to -8 */
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < RLXC_QK; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = rlxc_f32_to_fp16(d);
+        for (int j = 0; j < RLXC_QK / 2; j++) {
+            const float x0 = x[j] * id, x1 = x[j + RLXC_QK / 2] * id;
+            int q0 = (int)(x0 + 8.5f), q1 = (int)(x1 + 8.5f);
+            q0 = q0 > 15 ? 15 : q0;
+            q1 = q1 > 15 ? 15 : q1;
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < RLXC_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = rlxc_f32_to_fp16(d);
+        for (int j = 0; j < RLXC_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+void rlxc_dequantize_row_q4_0(float *y, const block_q4_0 *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        for (int j = 0; j < RLXC_QK / 2; j++) {
+            y[j] = d * (float)((x[b].qs[j] & 0x0f) - 8);
+            y[j + RLXC_QK / 2] = d * (float)((x[b].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+void rlxc_dequantize_row_q8_0(float *y, const block_q8_0 *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)x[b].qs[j];
+    }
+}
+
+/* ---- matrix products ---- */
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Per block: exact integer dot, then scaled by both block scales (ggml's order). */
+static float dot_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x, int nb) {
+    float s = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int sumi = 0;
+        for (int j = 0; j < RLXC_QK / 2; j++) {
+            sumi += ((w[b].qs[j] & 0x0f) - 8) * x[b].qs[j];
+            sumi += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + RLXC_QK / 2];
+        }
+        s += (float)sumi * rlxc_fp16_to_f32(w[b].d) * rlxc_fp16_to_f32(x[b].d);
+    }
+    return s;
+}
+
+static float dot_q8_0_q8_0(const block_q8_0 *w, const block_q8_0 *x, int nb) {
+    float s = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int sumi = 0;
+        for (int j = 0; j < RLXC_QK; j++) sumi += w[b].qs[j] * x[b].qs[j];
+        s += (float)sumi * rlxc_fp16_to_f32(w[b].d) * rlxc_fp16_to_f32(x[b].d);
+    }
+    return s;
+}
+
+void rlxc_matvec_f32_scalar(float *y, const float *w, const float *x, int N, int K) {
+    for (int n = 0; n < N; n++) y[n] = dot_f32(w + (size_t)n * K, x, K);
+}
+
+void rlxc_matmul_f32_scalar(float *y, int ldy, const float *w, const float *x, int N, int K, int T) {
+    for (int t = 0; t < T; t++) rlxc_matvec_f32_scalar(y + (size_t)t * ldy, w, x + (size_t)t * K, N, K);
+}
+
+void rlxc_matvec_q4_0_scalar(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
+    const int nb = K / RLXC_QK;
+    for (int n = 0; n < N; n++) y[n] = dot_q4_0_q8_0(w + (size_t)n * nb, xq, nb);
+}
+
+void rlxc_matmul_q4_0_scalar(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+    const int nb = K / RLXC_QK;
+    for (int t = 0; t < T; t++) rlxc_matvec_q4_0_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * nb, N, K);
+}
+
+void rlxc_matvec_q8_0_scalar(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {
+    const int nb = K / RLXC_QK;
+    for (int n = 0; n < N; n++) y[n] = dot_q8_0_q8_0(w + (size_t)n * nb, xq, nb);
+}
+
+void rlxc_matmul_q8_0_scalar(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+    const int nb = K / RLXC_QK;
+    for (int t = 0; t < T; t++) rlxc_matvec_q8_0_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * nb, N, K);
+}
+
+/* ---- norms ---- */
+
+void rlxc_rmsnorm_scalar(float *y, const float *x, const float *w, float w_offset, float eps, int n) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) y[i] = w ? x[i] * r * (w_offset + w[i]) : x[i] * r;
+}
+
+void rlxc_layernorm_scalar(float *y, const float *x, const float *w, const float *b, float eps, int n) {
+    float mean = 0.0f, var = 0.0f;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= (float)n;
+    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    const float r = 1.0f / sqrtf(var / (float)n + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] - mean) * r * w[i] + (b ? b[i] : 0.0f);
+}
+
+/* ---- RoPE, attention ---- */
+
+void rlxc_rope_scalar(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half) {
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = x + (size_t)h * head_dim;
+        for (int k = 0; k < n_pairs; k++) {
+            const float x1 = xh[k], x2 = xh[k + half];
+            xh[k] = x1 * cos[k] - x2 * sin[k];
+            xh[k + half] = x2 * cos[k] + x1 * sin[k];
+        }
+    }
+}
+
+void rlxc_attn_head_scalar(float *out, const float *q, const float *k, const float *v, int head_dim,
+                           int n_keys, float scale, float softcap, float *scores) {
+    float max = -INFINITY;
+    for (int j = 0; j < n_keys; j++) {
+        float s = scale * dot_f32(q, k + (size_t)j * head_dim, head_dim);
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        scores[j] = s;
+        max = s > max ? s : max;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        scores[j] = expf(scores[j] - max);
+        sum += scores[j];
+    }
+    for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const float p = scores[j] / sum;
+        const float *vj = v + (size_t)j * head_dim;
+        for (int d = 0; d < head_dim; d++) out[d] += p * vj[d];
+    }
+}
+
+/* ---- elementwise ---- */
+
+void rlxc_silu_scalar(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void rlxc_gelu_tanh_scalar(float *y, const float *x, int n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + tanhf(c * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+}
+
+void rlxc_mul_scalar(float *y, const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) y[i] = a[i] * b[i];
+}
+
+void rlxc_add_scalar(float *y, const float *a, int n) {
+    for (int i = 0; i < n; i++) y[i] += a[i];
+}
+
+void rlxc_scale_scalar(float *y, float s, int n) {
+    for (int i = 0; i < n; i++) y[i] *= s;
+}
+
+void rlxc_softcap_scalar(float *y, float cap, int n) {
+    for (int i = 0; i < n; i++) y[i] = cap * tanhf(y[i] / cap);
+}
+
+const rlxc_kernels rlxc_kernels_scalar = {
+    .isa = "scalar",
+    .matvec_f32 = rlxc_matvec_f32_scalar,
+    .matmul_f32 = rlxc_matmul_f32_scalar,
+    .matvec_q4_0 = rlxc_matvec_q4_0_scalar,
+    .matmul_q4_0 = rlxc_matmul_q4_0_scalar,
+    .matvec_q8_0 = rlxc_matvec_q8_0_scalar,
+    .matmul_q8_0 = rlxc_matmul_q8_0_scalar,
+    .quantize_row_q8_0 = rlxc_quantize_row_q8_0,
+    .rmsnorm = rlxc_rmsnorm_scalar,
+    .layernorm = rlxc_layernorm_scalar,
+    .rope = rlxc_rope_scalar,
+    .attn_head = rlxc_attn_head_scalar,
+    .silu = rlxc_silu_scalar,
+    .gelu_tanh = rlxc_gelu_tanh_scalar,
+    .mul = rlxc_mul_scalar,
+    .add = rlxc_add_scalar,
+    .scale = rlxc_scale_scalar,
+    .softcap = rlxc_softcap_scalar,
+};

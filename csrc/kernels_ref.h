@@ -1,0 +1,26 @@
+/* The scalar reference kernels by name, so SIMD tables can fall back to them and
+ * SIMD files can reuse them for tails. */
+#ifndef RLXC_KERNELS_REF_H
+#define RLXC_KERNELS_REF_H
+
+#include "kernels.h"
+
+void rlxc_matvec_f32_scalar(float *y, const float *w, const float *x, int N, int K);
+void rlxc_matmul_f32_scalar(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
+void rlxc_matvec_q4_0_scalar(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q4_0_scalar(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q8_0_scalar(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q8_0_scalar(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_rmsnorm_scalar(float *y, const float *x, const float *w, float w_offset, float eps, int n);
+void rlxc_layernorm_scalar(float *y, const float *x, const float *w, const float *b, float eps, int n);
+void rlxc_rope_scalar(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);
+void rlxc_attn_head_scalar(float *out, const float *q, const float *k, const float *v, int head_dim,
+                           int n_keys, float scale, float softcap, float *scratch);
+void rlxc_silu_scalar(float *y, const float *x, int n);
+void rlxc_gelu_tanh_scalar(float *y, const float *x, int n);
+void rlxc_mul_scalar(float *y, const float *a, const float *b, int n);
+void rlxc_add_scalar(float *y, const float *a, int n);
+void rlxc_scale_scalar(float *y, float s, int n);
+void rlxc_softcap_scalar(float *y, float cap, int n);
+
+#endif

@@ -1,0 +1,145 @@
+/* rlxc engine: the public C API. Plain C, no Python: a C program can build layers,
+ * fill their weights, run a pipeline and read the results through this header alone. */
+#ifndef RLXC_H
+#define RLXC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RLXC_ERRLEN 256
+
+typedef enum { RLXC_RMSNORM = 0, RLXC_LAYERNORM = 1 } rlxc_norm_type;
+typedef enum { RLXC_GATED = 0, RLXC_STANDARD = 1 } rlxc_ffn_type;
+typedef enum { RLXC_SILU = 0, RLXC_GELU_TANH = 1 } rlxc_activation;
+/* PREFIX: rotate the leading rotary_dim dims, pairs (k, k + rotary_dim/2), exponent over rotary_dim.
+ * PROPORTIONAL (Gemma 4 full layers): pairs (k, k + head_dim/2) for k < rotary_dim/2,
+ * exponent over head_dim. */
+typedef enum { RLXC_ROPE_PREFIX = 0, RLXC_ROPE_PROPORTIONAL = 1 } rlxc_rope_layout;
+/* Values are ggml's type ids, so GGUF tensors map without a table. */
+typedef enum { RLXC_F32 = 0, RLXC_Q4_0 = 2, RLXC_Q8_0 = 8 } rlxc_wtype;
+
+/* Weight slots of one layer. Matrices are [out][in] (y = W x), as in HF's nn.Linear. */
+typedef enum {
+    RLXC_W_ATTN_NORM, RLXC_W_ATTN_NORM_B,       /* input norm, [hidden] */
+    RLXC_W_Q, RLXC_W_Q_B,                       /* [nq*hd][hidden], [nq*hd] */
+    RLXC_W_K, RLXC_W_K_B,                       /* [nkv*hd][hidden], [nkv*hd] */
+    RLXC_W_V, RLXC_W_V_B,
+    RLXC_W_O, RLXC_W_O_B,                       /* [hidden][nq*hd], [hidden] */
+    RLXC_W_Q_NORM, RLXC_W_K_NORM,               /* per-head norms, [hd] */
+    RLXC_W_ATTN_POST_NORM,                      /* sandwich: norm of the attention output */
+    RLXC_W_FFN_NORM, RLXC_W_FFN_NORM_B,         /* pre-FFN norm (HF Llama "post_attention_layernorm") */
+    RLXC_W_GATE, RLXC_W_GATE_B,                 /* [inter][hidden] (gated FFN only) */
+    RLXC_W_UP, RLXC_W_UP_B,                     /* [inter][hidden] (c_fc for standard FFN) */
+    RLXC_W_DOWN, RLXC_W_DOWN_B,                 /* [hidden][inter] (c_proj) */
+    RLXC_W_FFN_POST_NORM,                       /* sandwich: norm of the FFN output */
+    RLXC_W_PLE_GATE, RLXC_W_PLE_PROJ, RLXC_W_PLE_NORM, /* Gemma 4 per-layer input block */
+    RLXC_W_ROPE_FREQ_FACTORS,                   /* [rotary_dim/2] divisors of the RoPE frequencies */
+    RLXC_W_COUNT
+} rlxc_wslot;
+
+typedef struct {
+    rlxc_wtype type;
+    int rows, cols;  /* vectors: rows == 1 */
+    void *data;      /* owned by the layer; NULL = not set */
+} rlxc_weight;
+
+/* The FullPipelineLayer: every per-layer parameter of a decoder layer. Adjacent layers may
+ * differ in any field; the compute path reads nothing model-wide. */
+typedef struct rlxc_layer {
+    float eps;
+    float attn_scale;
+    int head_dim;
+    int num_q_heads;
+    int num_kv_heads;
+    float rope_base;
+    int rotary_dim;         /* 0 = no RoPE */
+    int sliding_window;     /* key j visible to query i iff j <= i and i - j < W; 0 = full */
+    int has_v_norm;         /* weightless RMSNorm over each V head */
+    float layer_scalar;     /* multiplies the whole residual stream at the end */
+    rlxc_norm_type norm_type;
+    rlxc_ffn_type ffn_type;
+    rlxc_activation activation;
+    float qk_norm_offset;   /* q/k norm weight is (offset + w) */
+    int input_norm_bias;    /* LayerNorm bias on the input norm */
+    int post_attn_norm_bias;/* LayerNorm bias on the pre-FFN norm (HF post_attention_layernorm) */
+    int ffn_up_bias;        /* bias on up (and gate) projections */
+    int ffn_down_bias;
+
+    /* What the 18 fields above cannot express (hf_layer_spec.md section 4). */
+    int hidden_size;
+    int intermediate_size;
+    float norm_offset;      /* main norms use (offset + w): Gemma 1-3 use 1 */
+    int qkv_bias;
+    int o_bias;
+    int has_qk_norm;
+    int sandwich_norm;      /* Gemma 2/3/4: norms after attention and after the FFN */
+    float attn_softcap;     /* scores = cap * tanh(scores / cap); 0 = off */
+    rlxc_rope_layout rope_layout;
+    float rope_attn_factor; /* multiplies cos and sin (YaRN, LongRoPE); 1 otherwise */
+    int v_from_k;           /* Gemma 4 attention_k_eq_v: V is the raw K projection */
+    int kv_shared_from;     /* -1: own K/V; else an earlier layer's index whose cache is read */
+    int ple_dim;            /* per-layer embedding width, 0 = none */
+
+    rlxc_weight w[RLXC_W_COUNT];
+} rlxc_layer;
+
+/* Llama-style defaults: hidden 64, 4 heads of 16, SiLU gated FFN of 128, RMSNorm. */
+void rlxc_layer_init(rlxc_layer *l);
+void rlxc_layer_free(rlxc_layer *l);
+
+const char *rlxc_wslot_name(rlxc_wslot s);   /* e.g. "q_proj", "q_proj.bias" */
+int rlxc_wslot_from_name(const char *name);  /* -1 if unknown */
+int rlxc_wslot_is_matrix(rlxc_wslot s);
+/* Shape the slot must have under the layer's current fields (rows == 1 for vectors). */
+void rlxc_wslot_shape(const rlxc_layer *l, rlxc_wslot s, int *rows, int *cols);
+/* Whether the layer's current fields use this slot. */
+int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s);
+
+/* Copy float weights into a slot, quantizing to `type` (matrices only for Q4_0/Q8_0).
+ * Shape-checked against the current fields. */
+int rlxc_layer_set_weight(rlxc_layer *l, rlxc_wslot s, const float *data, int rows, int cols,
+                          rlxc_wtype type, char *err);
+/* Copy already-quantized GGUF bytes (rows * row_bytes) into a slot. */
+int rlxc_layer_set_weight_raw(rlxc_layer *l, rlxc_wslot s, const void *data, int rows, int cols,
+                              rlxc_wtype type, char *err);
+void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s);
+size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols);
+const char *rlxc_wtype_name(rlxc_wtype t);
+
+/* Field ranges and cross-field consistency only. */
+int rlxc_layer_check_fields(const rlxc_layer *l, char *err);
+/* Fields plus weight presence and shapes; 0 if the layer can run. */
+int rlxc_layer_check(const rlxc_layer *l, char *err);
+
+/* y[T][w->rows] = x[T][w->cols] W^T with rows split over n_threads. xq_scratch holds
+ * T * cols/32 Q8_0 blocks (34 bytes each) for quantized weights; unused for f32. */
+void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *xq_scratch);
+/* cos and sin (times rope_attn_factor) of each of the layer's rotary_dim/2 pairs at pos. */
+void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cos_out, float *sin_out);
+
+/* Pipeline: a stack of layers (borrowed, not copied: edits to a layer between calls take
+ * effect) with a per-layer KV cache sized by each layer's own num_kv_heads * head_dim. */
+typedef struct rlxc_pipeline rlxc_pipeline;
+
+rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int max_seq,
+                                    int n_threads, char *err);
+void rlxc_pipeline_free(rlxc_pipeline *p);
+/* Empty the cache; re-sizes caches for layers whose K/V shape changed since creation. */
+int rlxc_pipeline_reset(rlxc_pipeline *p, char *err);
+int rlxc_pipeline_n_past(const rlxc_pipeline *p);
+int rlxc_pipeline_max_seq(const rlxc_pipeline *p);
+int rlxc_pipeline_hidden_size(const rlxc_pipeline *p);
+int rlxc_pipeline_ple_stride(const rlxc_pipeline *p); /* sum of ple_dim over layers */
+void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n_threads);
+int rlxc_pipeline_threads(const rlxc_pipeline *p);
+
+/* Run T tokens at positions n_past .. n_past+T-1 and append them to the cache.
+ * x, out: [T][hidden] (may alias). ple: [T][ple_stride] or NULL when no layer has ple_dim.
+ * layer_out: NULL or [n_layers][T][hidden], each layer's output. */
+int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, int T, float *out,
+                          float *layer_out, char *err);
+/* One token at position pos <= n_past (pos < n_past rewinds the cache to pos). */
+int rlxc_pipeline_decode(rlxc_pipeline *p, const float *x, const float *ple, int pos, float *out,
+                         float *layer_out, char *err);
+
+#endif

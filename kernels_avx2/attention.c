@@ -1,0 +1,68 @@
+/* AVX2 single-head attention in three passes over the scratch row: scores, exp and sum,
+ * then the weighted sum of values. Exact softmax (no running rescale), and q is dead before
+ * out is written, so out may alias q. */
+#include <sleef.h>
+
+#include "avx2.h"
+
+RLXC_INLINE float dot(const float *a, const float *b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = rlxc_hsum256(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* out[0..n) += p[0] * v[0][..] + ... + p[3] * v[3][..]: four keys per pass over out. */
+RLXC_INLINE void axpy4(float *out, const float *p, const float *v, int n) {
+    const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]);
+    const __m256 p2 = _mm256_set1_ps(p[2]), p3 = _mm256_set1_ps(p[3]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 o = _mm256_loadu_ps(out + i);
+        o = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v + i), o);
+        o = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v + n + i), o);
+        o = _mm256_fmadd_ps(p2, _mm256_loadu_ps(v + 2 * n + i), o);
+        o = _mm256_fmadd_ps(p3, _mm256_loadu_ps(v + 3 * n + i), o);
+        _mm256_storeu_ps(out + i, o);
+    }
+    for (; i < n; i++) out[i] += p[0] * v[i] + p[1] * v[n + i] + p[2] * v[2 * n + i] + p[3] * v[3 * n + i];
+}
+
+void rlxc_attn_head_avx2(float *out, const float *q, const float *k, const float *v, int head_dim,
+                         int n_keys, float scale, float softcap, float *s) {
+    for (int j = 0; j < n_keys; j++) s[j] = scale * dot(q, k + (size_t)j * head_dim, head_dim);
+    if (softcap > 0.0f) rlxc_softcap_avx2(s, softcap, n_keys);
+
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n_keys; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+    float m = rlxc_hmax256(mv);
+    for (; j < n_keys; j++) m = s[j] > m ? s[j] : m;
+
+    mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n_keys; j += 8) {
+        const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (j < n_keys) { /* tail padded with -inf, whose exp adds nothing to the sum */
+        float buf[8];
+        for (int i = 0; i < 8; i++) buf[i] = j + i < n_keys ? s[j + i] : -INFINITY;
+        const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(buf), mv));
+        _mm256_storeu_ps(buf, e);
+        sum = _mm256_add_ps(sum, e);
+        for (int i = 0; j + i < n_keys; i++) s[j + i] = buf[i];
+    }
+    const float inv = 1.0f / rlxc_hsum256(sum);
+
+    for (int i = 0; i < head_dim; i++) out[i] = 0.0f;
+    for (j = 0; j + 4 <= n_keys; j += 4) axpy4(out, s + j, v + (size_t)j * head_dim, head_dim);
+    for (; j < n_keys; j++) {
+        const float *vj = v + (size_t)j * head_dim;
+        for (int i = 0; i < head_dim; i++) out[i] += s[j] * vj[i];
+    }
+    rlxc_scale_avx2(out, inv, head_dim);
+}

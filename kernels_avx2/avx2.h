@@ -1,0 +1,60 @@
+/* AVX2 kernels: declarations and the small helpers several files share. Included by
+ * kernels_avx512/ too, whose table reuses every AVX2 kernel it does not override. */
+#ifndef RLXC_KERNELS_AVX2_H
+#define RLXC_KERNELS_AVX2_H
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "../csrc/kernels.h"
+
+#define RLXC_INLINE static inline __attribute__((always_inline))
+
+/* gcc contracts a*b followed by +/- into one FMA even across intrinsics (-ffp-contract=fast
+ * is its default); this barrier pins a rounded product where bit-exactness depends on it. */
+#define RLXC_NO_CONTRACT(v) __asm__("" : "+x"(v))
+
+RLXC_INLINE float rlxc_hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+RLXC_INLINE float rlxc_hmax256(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* fp16 -> f32 through F16C: one instruction instead of the scalar bit juggling. */
+RLXC_INLINE float rlxc_h2f(rlxc_fp16 h) { return _cvtsh_ss(h); }
+
+/* 16 packed Q4_0 bytes -> 32 unsigned nibbles in element order: the low nibbles fill the
+ * low 128-bit lane, the high nibbles the high lane (one load, one variable shift, one and). */
+RLXC_INLINE __m256i rlxc_q4_nibbles256(const uint8_t *qs) {
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+void rlxc_matvec_f32_avx2(float *y, const float *w, const float *x, int N, int K);
+void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
+void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q4_0_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q8_0_avx2(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q8_0_avx2(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K);
+void rlxc_rmsnorm_avx2(float *y, const float *x, const float *w, float w_offset, float eps, int n);
+void rlxc_layernorm_avx2(float *y, const float *x, const float *w, const float *b, float eps, int n);
+void rlxc_rope_avx2(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);
+void rlxc_attn_head_avx2(float *out, const float *q, const float *k, const float *v, int head_dim,
+                         int n_keys, float scale, float softcap, float *scratch);
+void rlxc_silu_avx2(float *y, const float *x, int n);
+void rlxc_gelu_tanh_avx2(float *y, const float *x, int n);
+void rlxc_mul_avx2(float *y, const float *a, const float *b, int n);
+void rlxc_add_avx2(float *y, const float *a, int n);
+void rlxc_scale_avx2(float *y, float s, int n);
+void rlxc_softcap_avx2(float *y, float cap, int n);
+
+#endif

@@ -1,0 +1,48 @@
+/* AVX2 f32 matvec and GEMM: dot products of weight rows with activation rows, both
+ * contiguous in K. */
+#include "avx2.h"
+
+/* R x C register tile: every weight vector loaded serves C tokens, every activation vector
+ * R rows. The K % 8 tail goes through a scalar loop after the horizontal sums. */
+RLXC_INLINE void f32_tile(float *y, int ldy, const float *w, const float *x, int K, const int R, const int C) {
+    __m256 acc[R][C];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 xv[C];
+        for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);
+        for (int r = 0; r < R; r++) {
+            const __m256 wv = _mm256_loadu_ps(w + r * K + k);
+            for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) {
+            float s = rlxc_hsum256(acc[r][t]);
+            for (int j = k; j < K; j++) s += w[r * K + j] * x[t * K + j];
+            y[t * ldy + r] = s;
+        }
+}
+
+#define MV_R 4
+#define GM_R 4
+#define GM_C 3
+
+void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int N, int K, int T) {
+    int t = 0;
+    for (; t + GM_C <= T; t += GM_C) {
+        int n = 0;
+        for (; n + GM_R <= N; n += GM_R) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, GM_R, GM_C);
+        for (; n < N; n++) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, 1, GM_C);
+    }
+    for (; t < T; t++) {
+        int n = 0;
+        for (; n + MV_R <= N; n += MV_R) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, MV_R, 1);
+        for (; n < N; n++) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, 1, 1);
+    }
+}
+
+void rlxc_matvec_f32_avx2(float *y, const float *w, const float *x, int N, int K) {
+    rlxc_matmul_f32_avx2(y, N, w, x, N, K, 1);
+}

@@ -1,0 +1,144 @@
+/* AVX2 quantized kernels: activation quantization to Q8_0 and Q4_0/Q8_0 weights times
+ * Q8_0 activations (matvec and blocked GEMM). */
+#include "avx2.h"
+
+/* roundf semantics (half away from zero) on floats of magnitude < 2^23: trunc, then step
+ * away from zero when the exact remainder is at least one half. */
+RLXC_INLINE __m256i round_half_away_epi32(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 away = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    const __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), away);
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+}
+
+void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+        }
+        /* Same scalar expressions as the reference, so d and id are bit-identical. */
+        const float d = rlxc_hmax256(amax) / 127.0f;
+        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) {
+            __m256 s = _mm256_mul_ps(v[i], id);
+            RLXC_NO_CONTRACT(s);
+            q[i] = round_half_away_epi32(s);
+        }
+        /* packs interleave the 128-bit lanes: dwords come out as 0,2,4,6,1,3,5,7 */
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)y[b].qs,
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+}
+
+/* Q4_0: unsigned nibbles times signed activations with maddubs, minus 8 * sum(q8) per block
+ * (computed once per token and block, shared by the R rows of the tile). The int16 pair sums
+ * stay below 2 * 15 * 127, so maddubs never saturates. */
+RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *x, int nb,
+                           const int R, const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R][C];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i nib[R];
+        __m256 dw[R];
+        for (int r = 0; r < R; r++) {
+            nib[r] = rlxc_q4_nibbles256(w[r * nb + b].qs);
+            dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
+        }
+        for (int t = 0; t < C; t++) {
+            const block_q8_0 *xb = x + t * nb + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
+            const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xq), ones);
+            const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
+            for (int r = 0; r < R; r++) {
+                const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(nib[r], xq), ones), x8);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+}
+
+/* Q8_0: the sign trick (|w| unsigned times x carrying w's sign) keeps maddubs signed x signed;
+ * the pair sums stay within 2 * 128 * 127. */
+RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *x, int nb,
+                           const int R, const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R][C];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i wq[R], wabs[R];
+        __m256 dw[R];
+        for (int r = 0; r < R; r++) {
+            wq[r] = _mm256_loadu_si256((const __m256i *)w[r * nb + b].qs);
+            wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);
+            dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
+        }
+        for (int t = 0; t < C; t++) {
+            const block_q8_0 *xb = x + t * nb + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
+            const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
+            for (int r = 0; r < R; r++) {
+                const __m256i p = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(xq, wq[r]));
+                const __m256i dot = _mm256_madd_epi16(p, ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+}
+
+/* Tile shapes: decode (one token) streams MV_R rows at once so each activation block is
+ * loaded once per MV_R rows; the GEMM keeps a GM_R x GM_C tile of accumulators so every
+ * expanded weight block serves GM_C tokens. Tokens go in chunks of GM_TCHUNK so the chunk's
+ * activations stay in L2 while all rows stream past them. */
+#define MV_R 4
+#define GM_R 2
+#define GM_C 4
+#define GM_TCHUNK 64
+
+/* The row/token driver shared by the Q4_0 and Q8_0 GEMMs (and their T == 1 matvecs). */
+#define DEFINE_QMATMUL(name, wtype, tile)                                                       \
+    void name(float *y, int ldy, const wtype *w, const block_q8_0 *xq, int N, int K, int T) {   \
+        const int nb = K / RLXC_QK;                                                             \
+        for (int t0 = 0; t0 < T; t0 += GM_TCHUNK) {                                             \
+            const int t1 = t0 + GM_TCHUNK < T ? t0 + GM_TCHUNK : T;                             \
+            int n = 0;                                                                          \
+            for (; n + GM_R <= N && t1 - t0 >= GM_C; n += GM_R) {                               \
+                int t = t0;                                                                     \
+                for (; t + GM_C <= t1; t += GM_C)                                               \
+                    tile(y + t * ldy + n, ldy, w + n * nb, xq + t * nb, nb, GM_R, GM_C);        \
+                for (; t < t1; t++) tile(y + t * ldy + n, ldy, w + n * nb, xq + t * nb, nb, GM_R, 1); \
+            }                                                                                   \
+            for (int t = t0; t < t1; t++) {                                                     \
+                int m = n;                                                                      \
+                for (; m + MV_R <= N; m += MV_R)                                                \
+                    tile(y + t * ldy + m, ldy, w + m * nb, xq + t * nb, nb, MV_R, 1);           \
+                for (; m < N; m++) tile(y + t * ldy + m, ldy, w + m * nb, xq + t * nb, nb, 1, 1); \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+DEFINE_QMATMUL(rlxc_matmul_q4_0_avx2, block_q4_0, q4_0_tile)
+DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile)
+
+void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
+    rlxc_matmul_q4_0_avx2(y, N, w, xq, N, K, 1);
+}
+
+void rlxc_matvec_q8_0_avx2(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {
+    rlxc_matmul_q8_0_avx2(y, N, w, xq, N, K, 1);
+}

@@ -1,0 +1,35 @@
+"""rlxc: decoder-only transformer LLMs on the CPU with hand-written SIMD kernels.
+
+Every layer is an :class:`rlxc.Layer` whose fields and weights are plain Python / NumPy
+objects; a :class:`rlxc.Pipeline` runs a stack of them over per-layer KV caches.
+"""
+
+from . import _rlxc
+from ._enums import Activation, FfnType, NormType, RopeLayout
+from ._layer import Layer, Pipeline, _init_defaults
+
+_rlxc._register_enums(NormType, FfnType, Activation, RopeLayout)
+_init_defaults()
+
+from . import ops  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def cpu_info() -> dict:
+    """CPU features, the active kernel ISA and the ISAs this build can run here."""
+    return _rlxc.cpu_info()
+
+
+def set_isa(name: str) -> None:
+    """Use the 'scalar', 'avx2', 'avx512' or 'neon' kernels, or 'auto' for the best available."""
+    _rlxc.set_isa(name)
+
+
+def get_isa() -> str:
+    """The ISA of the active kernels."""
+    return _rlxc.get_isa()
+
+
+__all__ = ["Activation", "FfnType", "Layer", "NormType", "Pipeline", "RopeLayout", "cpu_info", "get_isa", "ops",
+           "set_isa", "__version__"]

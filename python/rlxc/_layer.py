@@ -1,0 +1,188 @@
+"""The Python face of the C layer and pipeline: HF weight names, repr and HTML."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _rlxc
+from ._enums import Activation, FfnType, NormType, RopeLayout
+
+# HF per-layer parameter names (prefix "model.layers.N." removed) -> rlxc weight names.
+# post_attention_layernorm means the pre-FFN norm in Llama-style layers and the norm of the
+# attention output in sandwich (Gemma 2/3/4) layers, so it is resolved per layer.
+_HF_NAMES = {
+    "input_layernorm.weight": "attn_norm",
+    "input_layernorm.bias": "attn_norm.bias",
+    "self_attn.q_proj.weight": "q_proj",
+    "self_attn.q_proj.bias": "q_proj.bias",
+    "self_attn.k_proj.weight": "k_proj",
+    "self_attn.k_proj.bias": "k_proj.bias",
+    "self_attn.v_proj.weight": "v_proj",
+    "self_attn.v_proj.bias": "v_proj.bias",
+    "self_attn.o_proj.weight": "o_proj",
+    "self_attn.o_proj.bias": "o_proj.bias",
+    "self_attn.q_norm.weight": "q_norm",
+    "self_attn.k_norm.weight": "k_norm",
+    "pre_feedforward_layernorm.weight": "ffn_norm",
+    "post_feedforward_layernorm.weight": "ffn_post_norm",
+    "mlp.gate_proj.weight": "gate_proj",
+    "mlp.gate_proj.bias": "gate_proj.bias",
+    "mlp.up_proj.weight": "up_proj",
+    "mlp.up_proj.bias": "up_proj.bias",
+    "mlp.down_proj.weight": "down_proj",
+    "mlp.down_proj.bias": "down_proj.bias",
+    "mlp.c_fc.weight": "up_proj",
+    "mlp.c_fc.bias": "up_proj.bias",
+    "mlp.c_proj.weight": "down_proj",
+    "mlp.c_proj.bias": "down_proj.bias",
+    "per_layer_input_gate.weight": "ple_gate",
+    "per_layer_projection.weight": "ple_proj",
+    "post_per_layer_input_norm.weight": "ple_norm",
+}
+
+
+class Layer(_rlxc.Layer):
+    """One decoder layer: the C FullPipelineLayer, every field an attribute.
+
+    ``rlxc.Layer()`` is a valid Llama-style layer (hidden 64, 4 heads of 16, SiLU gated FFN
+    of 128, RMSNorm). Fields are validated on write (``rotary_dim`` even and <= ``head_dim``,
+    ``num_q_heads`` a multiple of ``num_kv_heads``, ...); ``head_dim=`` also sets
+    ``attn_scale`` and ``rotary_dim`` unless they are given. Weights are set by rlxc name
+    (``Layer.WEIGHTS``) or by HF per-layer name (``"self_attn.q_proj.weight"``) and stored
+    as f32, q4_0 or q8_0.
+
+    Fields (``Layer.FIELDS``), each per layer:
+      eps, attn_scale, head_dim, num_q_heads, num_kv_heads, rope_base, rotary_dim,
+      sliding_window (0 = full; key j visible to query i iff j <= i and i - j < W),
+      has_v_norm, layer_scalar, norm_type, ffn_type, activation, qk_norm_offset,
+      input_norm_bias, post_attn_norm_bias (pre-FFN LayerNorm bias), ffn_up_bias,
+      ffn_down_bias, and beyond those: hidden_size, intermediate_size, norm_offset,
+      qkv_bias, o_bias, has_qk_norm, sandwich_norm, attn_softcap, rope_layout,
+      rope_attn_factor, v_from_k, kv_shared_from, ple_dim.
+    """
+
+    def weight_name(self, name: str) -> str:
+        """The rlxc weight name for an rlxc or HF per-layer parameter name."""
+        if name in self.WEIGHTS:
+            return name
+        for prefix in ("model.", "language_model."):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        if name.startswith("layers."):
+            name = name.split(".", 2)[2]
+        if name in ("post_attention_layernorm.weight", "post_attention_layernorm.bias"):
+            base = "attn_post_norm" if self.sandwich_norm else "ffn_norm"
+            return base + (".bias" if name.endswith("bias") else "")
+        if name in _HF_NAMES:
+            return _HF_NAMES[name]
+        raise KeyError(f"unknown weight name {name!r}: use one of Layer.WEIGHTS or an HF per-layer parameter name")
+
+    def set_weight(self, name: str, array: np.ndarray, dtype: str = "f32") -> None:
+        """Copy a float32 array into a weight, stored as ``dtype`` ('f32', 'q4_0', 'q8_0')."""
+        super().set_weight(self.weight_name(name), array, dtype)
+
+    def set_weights(self, weights: Mapping[str, np.ndarray], dtype: str = "f32") -> None:
+        """Set several weights; quantized ``dtype`` applies to matrices, vectors stay f32."""
+        for name, arr in weights.items():
+            rname = self.weight_name(name)
+            is_matrix = len(self.weight_shape(rname)) == 2
+            self.set_weight(rname, arr, dtype if is_matrix else "f32")
+
+    def __setitem__(self, name: str, array: np.ndarray) -> None:
+        self.set_weight(name, array)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        w = self.weight(self.weight_name(name))
+        if w is None:
+            raise KeyError(f"weight {name!r} is not set")
+        return w
+
+    @property
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every set weight as a float32 array (dequantized copies), by rlxc name."""
+        return {n: self.weight(n) for n in self.WEIGHTS if self.weight_type(n) is not None}
+
+    def fields(self) -> dict[str, Any]:
+        """The fields as a dict (what ``Layer(**layer.fields())`` rebuilds)."""
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    @property
+    def attention_kind(self) -> str:
+        """'sliding(W)' or 'full', with ', shared KV of layer j' where it applies."""
+        kind = f"sliding({self.sliding_window})" if self.sliding_window else "full"
+        return kind + (f", KV of layer {self.kv_shared_from}" if self.kv_shared_from >= 0 else "")
+
+    def _weight_summary(self) -> str:
+        types = {}
+        for n in self.WEIGHTS:
+            t = self.weight_type(n)
+            if t is not None:
+                types[t] = types.get(t, 0) + 1
+        return ", ".join(f"{k}x{v}" for k, v in sorted(types.items())) or "none"
+
+    def __repr__(self) -> str:
+        changed = []
+        default = _DEFAULT_FIELDS
+        for f in self.FIELDS:
+            v = getattr(self, f)
+            if f in ("hidden_size", "head_dim", "num_q_heads", "num_kv_heads") or v != default[f]:
+                changed.append(f"{f}={_fmt(v)}")
+        return f"rlxc.Layer({', '.join(changed)}; weights: {self._weight_summary()})"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td><code>{f}</code></td><td>{html.escape(_fmt(getattr(self, f)))}</td></tr>" for f in self.FIELDS)
+        wrows = "".join(
+            f"<tr><td><code>{n}</code></td><td>{self.weight_type(n)}</td><td>{self.weight_shape(n)}</td></tr>"
+            for n in self.WEIGHTS if self.weight_type(n) is not None)
+        return (f"<b>rlxc.Layer</b> ({self.attention_kind}, {self.nbytes / 1e6:.2f} MB of weights)"
+                f"<table><tr><th>field</th><th>value</th></tr>{rows}</table>"
+                f"<table><tr><th>weight</th><th>type</th><th>shape</th></tr>{wrows}</table>")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, (NormType, FfnType, Activation, RopeLayout)):
+        return f"{type(v).__name__}.{v.name}"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return repr(v)
+
+
+_DEFAULT_FIELDS: dict[str, Any] = {}
+
+
+class Pipeline(_rlxc.Pipeline):
+    """A stack of Layers run over a per-layer KV cache (each sized by its own layer).
+
+    ``Pipeline(layers, max_seq, threads=None)``; ``prefill(x[T, hidden])`` appends T tokens,
+    ``decode_token(x[hidden], pos)`` runs one, ``reset()`` empties the cache. Layers are
+    held, not copied: edit a field between calls and the next call uses it. Calls release the
+    GIL; threads sharing one pipeline are serialized by its lock.
+    """
+
+    def __repr__(self) -> str:
+        lines = [f"rlxc.Pipeline({len(self.layers)} layers, hidden={self.hidden_size}, max_seq={self.max_seq}, "
+                 f"n_past={self.n_past}, threads={self.threads})"]
+        lines += [f"  [{i}] {layer!r}" for i, layer in enumerate(self.layers)]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = ("<tr><th>#</th><th>attention</th><th>head_dim</th><th>q/kv heads</th><th>rope base</th>"
+                "<th>rotary</th><th>norm</th><th>ffn</th><th>weights</th></tr>")
+        rows = "".join(
+            f"<tr><td>{i}</td><td>{lay.attention_kind}</td><td>{lay.head_dim}</td>"
+            f"<td>{lay.num_q_heads}/{lay.num_kv_heads}</td><td>{lay.rope_base:g}</td><td>{lay.rotary_dim}</td>"
+            f"<td>{lay.norm_type.name}</td><td>{lay.ffn_type.name}/{lay.activation.name}</td>"
+            f"<td>{lay._weight_summary() if isinstance(lay, Layer) else ''}</td></tr>"
+            for i, lay in enumerate(self.layers))
+        return (f"<b>rlxc.Pipeline</b>: {len(self.layers)} layers, hidden {self.hidden_size}, "
+                f"max_seq {self.max_seq}, n_past {self.n_past}, threads {self.threads}<table>{head}{rows}</table>")
+
+
+def _init_defaults() -> None:
+    base = _rlxc.Layer()
+    for f in _rlxc.Layer.FIELDS:
+        _DEFAULT_FIELDS[f] = getattr(base, f)

@@ -1,0 +1,538 @@
+"""Hugging Face transformers -> rlxc.
+
+``from_hf(model)`` turns a transformers ``...ForCausalLM`` (float weights, already loaded) into an
+:class:`rlxc.Model`. The mapping is split in two pure parts, both usable on their own:
+
+* :func:`layer_fields` ``(config, i) -> dict``: the per-layer fields of rlxc.Layer, from the
+  config alone (docs/hf_layer_spec.md, tables A/B and section 4);
+* :func:`layer_weights` ``(model, i) -> dict[slot, float32 array]``: the weights of layer i under
+  rlxc's slot names (fused phi3 projections split), plus the ``rope_freq_factors`` slot that
+  expresses scaled RoPE variants.
+
+Supported ``config.model_type``: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text
+(Gemma3ForCausalLM), gemma4_text (Gemma4ForCausalLM, dense), starcoder2, phi3. Anything else, and
+any config feature the engine cannot reproduce exactly, raises ``NotImplementedError`` naming it:
+
+* rope_type ``dynamic`` (NTK rescaling at run time) and any unknown rope_type;
+* ``longrope`` when the model may run past ``original_max_position_embeddings`` with
+  ``short_factor != long_factor`` (transformers switches factor sets on the sequence length; rlxc
+  keeps one set per layer). With ``max_seq <= original_max_position_embeddings`` (or equal factor
+  sets) the short factors are used and the result is exact;
+* a partial_rotary_factor < 1 with a non-default rope_type on archs whose attention rotates the
+  whole head (transformers itself fails there); the ``default`` rope of those archs ignores it,
+  as transformers does;
+* Gemma 3 ``use_bidirectional_attention``, Gemma 4 ``use_bidirectional_attention="all"``,
+  Gemma 4 ``enable_moe_block`` (MoE), heterogeneous ``per_layer_config`` outside Gemma 4;
+* activations other than SiLU and tanh-GELU (e.g. exact ``gelu``: note that Gemma-1 hub configs
+  carry ``hidden_act="gelu"``, which transformers 5.17 runs as exact GELU).
+
+Weight formats: ``weights="q4_0"|"q8_0"`` quantizes every matrix whose input dimension is a
+multiple of 32 (the GGUF block size), including the lm_head; matrices with another input
+dimension stay float32, as do norms, biases, RoPE factors and the embedding tables.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES", "layer_fields", "layer_weights", "layer_model_fields",
+    "rope_fields", "check_supported", "model_parts", "from_hf",
+]
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+                         "gemma4_text", "starcoder2", "phi3")
+
+# Enum values of rlxc (same as csrc/rlxc.h); rlxc's IntEnums compare equal to these.
+_RMSNORM, _LAYERNORM = 0, 1
+_GATED, _STANDARD = 0, 1
+_SILU, _GELU_TANH = 0, 1
+_PREFIX, _PROPORTIONAL = 0, 1
+
+_ACTIVATIONS = {"silu": _SILU, "swish": _SILU, "gelu_pytorch_tanh": _GELU_TANH,
+                "gelu_new": _GELU_TANH}
+
+_GEMMA_FAMILY = ("gemma", "gemma2", "gemma3_text", "gemma4_text")
+_SANDWICH = ("gemma2", "gemma3_text", "gemma4_text")
+# Archs whose attention rotates the whole head (their "default" rope ignores partial_rotary_factor).
+_FULL_HEAD_ROPE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+                   "gemma4_text", "starcoder2")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _model_type(config: Any) -> str:
+    mt = getattr(config, "model_type", None)
+    if mt not in SUPPORTED_MODEL_TYPES:
+        hint = ""
+        if mt in ("gemma3", "gemma4"):
+            hint = f" (use the text-only {mt}_text config / ...ForCausalLM model)"
+        raise NotImplementedError(f"rlxc.hf: model_type {mt!r} is not supported{hint}; "
+                                  f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    return mt
+
+
+def _layer_config(config: Any, i: int) -> Any:
+    """The config that holds layer i's attributes (Gemma 4's per_layer_config view)."""
+    if getattr(config, "is_heterogeneous", False):
+        return config.per_layer_config[i]
+    return config
+
+
+def _activation(config: Any, mt: str) -> int:
+    name = config.hidden_activation if mt in ("gemma2", "gemma3_text", "gemma4_text") else config.hidden_act
+    if name not in _ACTIVATIONS:
+        raise NotImplementedError(f"rlxc.hf: activation {name!r} ({mt}) is not supported; "
+                                  f"supported: {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
+def _head_dim(lc: Any) -> int:
+    return int(getattr(lc, "head_dim", None) or lc.hidden_size // lc.num_attention_heads)
+
+
+def _num_kv_heads(lc: Any) -> int:
+    n = getattr(lc, "num_key_value_heads", None)
+    return int(n if n is not None else lc.num_attention_heads)
+
+
+def _layer_type(config: Any, i: int) -> str | None:
+    lts = getattr(config, "layer_types", None)
+    return lts[i] if lts is not None else None
+
+
+def _rope_params(config: Any, i: int, mt: str) -> tuple[dict, bool]:
+    """(rope parameter dict of layer i, whether the config keeps one dict per layer type)."""
+    rp = config.rope_parameters
+    if mt in ("gemma3_text", "gemma4_text"):
+        lt = _layer_type(config, i)
+        if lt not in rp or rp[lt] is None:
+            raise NotImplementedError(f"rlxc.hf: no rope_parameters for layer type {lt!r} ({mt})")
+        return dict(rp[lt]), True
+    return dict(rp), False
+
+
+def _kv_shared_source(config: Any, i: int) -> int:
+    """Gemma 4: index of the layer whose K/V layer i reuses, or -1."""
+    L = config.num_hidden_layers
+    n_shared = int(getattr(config, "num_kv_shared_layers", 0) or 0)
+    first = L - n_shared
+    if not (i >= first >= 0) or n_shared == 0:
+        return -1
+    lt = config.layer_types[i]
+    prev = [j for j in range(first) if config.layer_types[j] == lt]
+    if not prev:
+        raise NotImplementedError(f"rlxc.hf: gemma4 layer {i} shares K/V but no earlier "
+                                  f"{lt!r} layer exists")
+    return prev[-1]
+
+
+# ----------------------------------------------------------------------------- RoPE
+
+def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict, np.ndarray | None]:
+    """RoPE of layer i: ``(fields, freq_factors)``.
+
+    ``fields`` holds rope_base, rotary_dim, rope_layout, rope_attn_factor. ``freq_factors`` is the
+    ``[rotary_dim/2]`` array of divisors of ``rope_base ** (-2k/denom)`` (None when all are 1).
+    Scaled variants (linear, llama3, yarn, longrope, proportional) are re-derived here in float64
+    from transformers 5.17's ``modeling_rope_utils``.
+    """
+    mt = _model_type(config)
+    lc = _layer_config(config, i)
+    hd = _head_dim(lc)
+    rp, layered = _rope_params(config, i, mt)
+    rtype = rp.get("rope_type", rp.get("type", "default"))
+    base = float(rp["rope_theta"])
+    prf = float(rp.get("partial_rotary_factor", 1.0) or 1.0)
+    layout = _PREFIX
+    attn_factor = 1.0
+    factors = None
+
+    if rtype == "proportional":
+        angles = int(prf * hd // 2)
+        rd = 2 * angles
+        layout = _PROPORTIONAL
+        factors = np.full(angles, float(rp.get("factor", 1.0) or 1.0))
+        return _rope_out(base, rd, layout, attn_factor, factors)
+
+    if rtype == "default":
+        # phi3's default honours partial_rotary_factor; every other arch's default ignores it.
+        dim = int(hd * prf) if mt == "phi3" else hd
+        return _rope_out(base, dim, layout, 1.0, None)
+
+    if rtype not in ("linear", "llama3", "yarn", "longrope"):
+        raise NotImplementedError(f"rlxc.hf: rope_type {rtype!r} ({mt}, layer {i}) is not supported "
+                                  "(supported: default, linear, llama3, yarn, longrope, proportional)")
+    dim = int(hd * prf)
+    if dim != hd and mt in _FULL_HEAD_ROPE:
+        raise NotImplementedError(f"rlxc.hf: partial_rotary_factor={prf} with rope_type {rtype!r} on "
+                                  f"{mt} (transformers rotates the whole head there and cannot run it)")
+    k = np.arange(0, dim, 2, dtype=np.float64)
+    inv = base ** (-k / dim)  # what the engine computes from rope_base (PREFIX: denom = rotary_dim)
+
+    if rtype == "linear":
+        factors = np.full(dim // 2, float(rp["factor"]))
+    elif rtype == "llama3":
+        factor = float(rp["factor"])
+        lff, hff = float(rp["low_freq_factor"]), float(rp["high_freq_factor"])
+        old = float(rp["original_max_position_embeddings"])
+        low_wl, high_wl = old / lff, old / hff
+        wl = 2 * math.pi / inv
+        new = np.where(wl > low_wl, inv / factor, inv)
+        smooth = (old / wl - lff) / (hff - lff)
+        smoothed = (1 - smooth) * new / factor + smooth * new
+        medium = ~(wl < high_wl) & ~(wl > low_wl)
+        new = np.where(medium, smoothed, new)
+        factors = inv / new
+    elif rtype == "yarn":
+        factor = rp.get("factor")
+        orig = float(rp["original_max_position_embeddings"])
+        if factor is None:
+            factor = config.max_position_embeddings / orig
+        factor = float(factor)
+        af = rp.get("attention_factor")
+        mscale, mscale_all = rp.get("mscale"), rp.get("mscale_all_dim")
+
+        def get_mscale(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if af is None:
+            af = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all)) if (mscale and mscale_all) \
+                else get_mscale(factor)
+        attn_factor = float(af)
+        beta_fast = rp.get("beta_fast") or 32
+        beta_slow = rp.get("beta_slow") or 1
+        # transformers reads `truncate` from the top-level rope_parameters (per-type dicts: default)
+        truncate = (config.rope_parameters.get("truncate", True) if not layered else True)
+
+        def corr_dim(n_rot: float) -> float:
+            return (dim * math.log(orig / (n_rot * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+        if truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extra = 1 - ramp
+        new = (inv / factor) * (1 - extra) + inv * extra
+        factors = inv / new
+    else:  # longrope
+        orig = int(rp["original_max_position_embeddings"])
+        short, long_ = rp["short_factor"], rp["long_factor"]
+        if max_seq is not None and max_seq > orig and list(short) != list(long_):
+            raise NotImplementedError(
+                f"rlxc.hf: longrope ({mt}) with max_seq={max_seq} > original_max_position_embeddings="
+                f"{orig}: transformers switches from short_factor to long_factor past {orig} tokens; "
+                f"rlxc keeps one factor set per layer. Use max_seq <= {orig}.")
+        factor = rp.get("factor")
+        if factor is None:
+            factor = config.max_position_embeddings / orig
+        af = rp.get("attention_factor")
+        if af is None:
+            af = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        attn_factor = float(af)
+        factors = np.asarray(short, dtype=np.float64)
+        if factors.shape != (dim // 2,):
+            raise ValueError(f"longrope short_factor has {factors.size} entries, expected {dim // 2}")
+    return _rope_out(base, dim, layout, attn_factor, factors)
+
+
+def _rope_out(base: float, rd: int, layout: int, attn_factor: float,
+              factors: np.ndarray | None) -> tuple[dict, np.ndarray | None]:
+    if factors is not None and np.all(factors == 1.0):
+        factors = None
+    f = dict(rope_base=base, rotary_dim=int(rd), rope_layout=layout, rope_attn_factor=float(attn_factor))
+    return f, (None if factors is None else np.asarray(factors, dtype=np.float32))
+
+
+# ----------------------------------------------------------------------------- checks
+
+def check_supported(config: Any, max_seq: int | None = None) -> None:
+    """Raise NotImplementedError if any part of this config cannot be reproduced by rlxc."""
+    mt = _model_type(config)
+    if mt != "gemma4_text" and getattr(config, "is_heterogeneous", False):
+        raise NotImplementedError(f"rlxc.hf: heterogeneous per_layer_config on {mt}")
+    if mt == "gemma3_text" and getattr(config, "use_bidirectional_attention", False):
+        raise NotImplementedError("rlxc.hf: gemma3 use_bidirectional_attention=True (non-causal)")
+    if mt == "gemma4_text":
+        if getattr(config, "enable_moe_block", False):
+            raise NotImplementedError("rlxc.hf: gemma4 enable_moe_block (mixture of experts)")
+        if getattr(config, "use_bidirectional_attention", None) == "all":
+            raise NotImplementedError("rlxc.hf: gemma4 use_bidirectional_attention='all' (non-causal)")
+    if mt in ("llama",) and int(getattr(config, "pretraining_tp", 1) or 1) != 1:
+        raise NotImplementedError("rlxc.hf: llama pretraining_tp != 1")
+    for key in ("num_local_experts", "num_experts"):
+        if (getattr(config, key, None) or 0) > 0 and mt != "gemma4_text":
+            raise NotImplementedError(f"rlxc.hf: {mt} {key} (mixture of experts)")
+    _activation(config, mt)
+    for i in range(config.num_hidden_layers):
+        rope_fields(config, i, max_seq)
+        _sliding(config, i, mt)
+    if mt == "gemma4_text":
+        for i in range(config.num_hidden_layers):
+            _kv_shared_source(config, i)
+
+
+def _sliding(config: Any, i: int, mt: str) -> int:
+    if mt in ("llama", "gemma"):
+        return 0
+    if mt in ("mistral", "starcoder2", "phi3"):
+        w = getattr(config, "sliding_window", None)
+        return int(w) if w else 0
+    lt = _layer_type(config, i)
+    if lt == "full_attention":
+        return 0
+    if lt != "sliding_attention":
+        raise NotImplementedError(f"rlxc.hf: layer type {lt!r} ({mt}, layer {i})")
+    w = config.sliding_window
+    if not w:
+        raise NotImplementedError(f"rlxc.hf: {mt} layer {i} is 'sliding_attention' but sliding_window "
+                                  f"is {w!r} (qwen needs use_sliding_window=True)")
+    return int(w)
+
+
+# ----------------------------------------------------------------------------- fields
+
+def layer_fields(config: Any, i: int, max_seq: int | None = None) -> dict[str, Any]:
+    """Fields of rlxc.Layer for layer ``i`` of a transformers config (a pure function).
+
+    ``layer_scalar`` is 1 here; Gemma 4 keeps the real value in a checkpoint buffer, which
+    :func:`layer_model_fields` reads. Raises NotImplementedError for unsupported configs.
+    """
+    mt = _model_type(config)
+    rope, _ = rope_fields(config, i, max_seq)  # raises on unsupported RoPE
+    if not 0 <= i < config.num_hidden_layers:
+        raise IndexError(f"layer {i} out of range (num_hidden_layers={config.num_hidden_layers})")
+    lc = _layer_config(config, i)
+    if mt != "gemma4_text" and lc is not config:
+        raise NotImplementedError(f"rlxc.hf: heterogeneous per_layer_config on {mt}")
+    hd = _head_dim(lc)
+    nq = int(lc.num_attention_heads)
+    nkv = _num_kv_heads(lc)
+    H = int(config.hidden_size)
+    inter = int(lc.intermediate_size)
+    f: dict[str, Any] = dict(
+        eps=float(config.norm_epsilon if mt == "starcoder2" else config.rms_norm_eps),
+        attn_scale=hd ** -0.5, head_dim=hd, num_q_heads=nq, num_kv_heads=nkv,
+        sliding_window=_sliding(config, i, mt), has_v_norm=0, layer_scalar=1.0,
+        norm_type=_RMSNORM, ffn_type=_GATED, activation=_activation(config, mt),
+        qk_norm_offset=0.0, input_norm_bias=0, post_attn_norm_bias=0, ffn_up_bias=0,
+        ffn_down_bias=0, hidden_size=H, intermediate_size=inter, norm_offset=0.0, qkv_bias=0,
+        o_bias=0, has_qk_norm=0, sandwich_norm=0, attn_softcap=0.0, v_from_k=0,
+        kv_shared_from=-1, ple_dim=0,
+    )
+    f.update(rope)
+
+    if mt == "llama":
+        f["qkv_bias"] = f["o_bias"] = int(bool(config.attention_bias))
+        f["ffn_up_bias"] = f["ffn_down_bias"] = int(bool(config.mlp_bias))
+    elif mt == "qwen2":
+        f["qkv_bias"] = 1
+    elif mt == "qwen3":
+        f["qkv_bias"] = f["o_bias"] = int(bool(config.attention_bias))
+        f["has_qk_norm"] = 1
+    elif mt == "starcoder2":
+        ub = int(bool(config.use_bias))
+        f.update(norm_type=_LAYERNORM, ffn_type=_STANDARD, input_norm_bias=1, post_attn_norm_bias=1,
+                 qkv_bias=ub, o_bias=ub, ffn_up_bias=ub, ffn_down_bias=ub)
+    elif mt in _GEMMA_FAMILY:
+        f["qkv_bias"] = f["o_bias"] = int(bool(config.attention_bias))
+        if mt != "gemma4_text":
+            f["norm_offset"] = 1.0
+        if mt in _SANDWICH:
+            f["sandwich_norm"] = 1
+        if mt in ("gemma2", "gemma3_text"):
+            f["attn_scale"] = float(config.query_pre_attn_scalar) ** -0.5
+        if mt == "gemma2":
+            f["attn_softcap"] = float(config.attn_logit_softcapping or 0.0)
+        if mt == "gemma3_text":
+            f["has_qk_norm"] = 1
+            f["qk_norm_offset"] = 1.0
+        if mt == "gemma4_text":
+            f["attn_scale"] = 1.0
+            f["has_qk_norm"] = 1
+            src = _kv_shared_source(config, i)
+            f["kv_shared_from"] = src
+            f["has_v_norm"] = int(src < 0)
+            full = config.layer_types[i] == "full_attention"
+            f["v_from_k"] = int(bool(config.attention_k_eq_v) and full and src < 0)
+            L, n_sh = config.num_hidden_layers, int(config.num_kv_shared_layers or 0)
+            if config.use_double_wide_mlp and i >= L - n_sh > 0:
+                f["intermediate_size"] = 2 * inter
+            f["ple_dim"] = int(config.hidden_size_per_layer_input or 0)
+    # mistral, phi3: plain fields
+    return f
+
+
+def layer_model_fields(model: Any, i: int) -> dict[str, Any]:
+    """Fields that live in the checkpoint rather than the config (Gemma 4 ``layer_scalar``)."""
+    layer = _decoder(model).layers[i]
+    out: dict[str, Any] = {}
+    ls = getattr(layer, "layer_scalar", None)
+    if ls is not None:
+        v = ls.detach().float().cpu().numpy().reshape(-1)
+        if v.size != 1:
+            raise NotImplementedError(f"rlxc.hf: layer {i} layer_scalar has {v.size} values")
+        out["layer_scalar"] = float(v[0])
+    return out
+
+
+# ----------------------------------------------------------------------------- weights
+
+def _decoder(model: Any) -> Any:
+    base = getattr(model, "model", None)
+    if base is None or not hasattr(base, "layers"):
+        raise NotImplementedError(f"rlxc.hf: {type(model).__name__} has no .model.layers "
+                                  "(pass a ...ForCausalLM)")
+    return base
+
+
+def _np(t: Any) -> np.ndarray:
+    return t.detach().to(device="cpu").float().numpy().astype(np.float32, copy=True)
+
+
+def layer_weights(model: Any, i: int) -> dict[str, np.ndarray]:
+    """Weights of layer ``i`` as float32 arrays under rlxc slot names (matrices ``[out, in]``)."""
+    config = model.config
+    mt = _model_type(config)
+    layer = _decoder(model).layers[i]
+    at = layer.self_attn
+    f = layer_fields(config, i)
+    w: dict[str, np.ndarray] = {}
+
+    def lin(slot: str, mod: Any) -> None:
+        w[slot] = _np(mod.weight)
+        if getattr(mod, "bias", None) is not None:
+            w[slot + ".bias"] = _np(mod.bias)
+
+    def norm(slot: str, mod: Any) -> None:
+        w[slot] = _np(mod.weight)
+        if getattr(mod, "bias", None) is not None:
+            w[slot + ".bias"] = _np(mod.bias)
+
+    norm("attn_norm", layer.input_layernorm)
+    if mt == "phi3":
+        hd, nq, nkv = f["head_dim"], f["num_q_heads"], f["num_kv_heads"]
+        qkv = _np(at.qkv_proj.weight)
+        w["q_proj"] = qkv[: nq * hd].copy()
+        w["k_proj"] = qkv[nq * hd: (nq + nkv) * hd].copy()
+        w["v_proj"] = qkv[(nq + nkv) * hd:].copy()
+        lin("o_proj", at.o_proj)
+        gu = _np(layer.mlp.gate_up_proj.weight)
+        inter = gu.shape[0] // 2
+        w["gate_proj"] = gu[:inter].copy()
+        w["up_proj"] = gu[inter:].copy()
+        lin("down_proj", layer.mlp.down_proj)
+    else:
+        lin("q_proj", at.q_proj)
+        if f["kv_shared_from"] < 0:
+            lin("k_proj", at.k_proj)
+            if not f["v_from_k"]:
+                lin("v_proj", at.v_proj)
+        lin("o_proj", at.o_proj)
+        if mt == "starcoder2":
+            lin("up_proj", layer.mlp.c_fc)
+            lin("down_proj", layer.mlp.c_proj)
+        else:
+            lin("gate_proj", layer.mlp.gate_proj)
+            lin("up_proj", layer.mlp.up_proj)
+            lin("down_proj", layer.mlp.down_proj)
+    if f["has_qk_norm"]:
+        w["q_norm"] = _np(at.q_norm.weight)
+        if f["kv_shared_from"] < 0:
+            w["k_norm"] = _np(at.k_norm.weight)
+    if f["sandwich_norm"]:
+        w["attn_post_norm"] = _np(layer.post_attention_layernorm.weight)
+        norm("ffn_norm", layer.pre_feedforward_layernorm)
+        w["ffn_post_norm"] = _np(layer.post_feedforward_layernorm.weight)
+    else:
+        norm("ffn_norm", layer.post_attention_layernorm)
+    if f["ple_dim"] > 0:
+        w["ple_gate"] = _np(layer.per_layer_input_gate.weight)
+        w["ple_proj"] = _np(layer.per_layer_projection.weight)
+        w["ple_norm"] = _np(layer.post_per_layer_input_norm.weight)
+    _, factors = rope_fields(config, i)
+    if factors is not None:
+        w["rope_freq_factors"] = factors
+    return w
+
+
+# ----------------------------------------------------------------------------- model
+
+def model_parts(model: Any) -> dict[str, Any]:
+    """Model-level pieces: embedding (and its scale), final norm, lm_head, final softcap, PLE."""
+    import torch
+
+    config = model.config
+    mt = _model_type(config)
+    base = _decoder(model)
+    emb = base.embed_tokens.weight
+    parts: dict[str, Any] = {"model_type": mt}
+    parts["embed"] = _np(emb)
+    # Gemma: embeddings * sqrt(hidden), the scalar rounded to the weight dtype first.
+    parts["embed_scale"] = (float(torch.tensor(config.hidden_size ** 0.5).to(emb.dtype))
+                            if mt in _GEMMA_FAMILY else 1.0)
+    head = getattr(model, "lm_head", None)
+    if head is None:
+        raise NotImplementedError(f"rlxc.hf: {type(model).__name__} has no lm_head")
+    if getattr(head, "bias", None) is not None:
+        raise NotImplementedError("rlxc.hf: lm_head with bias")
+    parts["tied"] = head.weight.data_ptr() == emb.data_ptr() and head.weight.shape == emb.shape
+    parts["lm_head"] = None if parts["tied"] else _np(head.weight)
+    norm = base.norm
+    parts["norm_type"] = _LAYERNORM if mt == "starcoder2" else _RMSNORM
+    parts["norm_weight"] = _np(norm.weight)
+    parts["norm_bias"] = _np(norm.bias) if getattr(norm, "bias", None) is not None else None
+    parts["norm_eps"] = float(config.norm_epsilon if mt == "starcoder2" else config.rms_norm_eps)
+    parts["norm_offset"] = 1.0 if mt in ("gemma", "gemma2", "gemma3_text") else 0.0
+    cap = getattr(config, "final_logit_softcapping", None) if mt in _SANDWICH else None
+    parts["final_softcap"] = float(cap or 0.0)
+    parts["ple"] = None
+    if mt == "gemma4_text" and config.hidden_size_per_layer_input:
+        P = int(config.hidden_size_per_layer_input)
+        et = base.embed_tokens_per_layer.weight
+        parts["ple"] = dict(
+            embed=_np(et),
+            embed_scale=float(torch.tensor(P ** 0.5).to(et.dtype)),
+            proj=_np(base.per_layer_model_projection.weight),
+            proj_scale=float(config.hidden_size) ** -0.5,
+            norm=_np(base.per_layer_projection_norm.weight),
+            eps=float(config.rms_norm_eps),
+            input_scale=2.0 ** -0.5,
+            num_layers=int(config.num_hidden_layers),
+            dim=P,
+        )
+    return parts
+
+
+def from_hf(model: Any, weights: str = "f32", threads: int | None = None,
+            max_seq: int | None = None) -> "Model":
+    """Build an :class:`rlxc.Model` from a transformers ``...ForCausalLM``.
+
+    ``weights``: "f32", "q4_0" or "q8_0" (matrices with in-dim % 32 == 0 and the lm_head are
+    quantized; everything else stays float32). ``max_seq``: KV-cache length (default
+    ``min(config.max_position_embeddings, 4096)``). Raises NotImplementedError for unsupported
+    model types or config features, before building anything.
+    """
+    from .model import Model
+
+    if weights not in ("f32", "q4_0", "q8_0"):
+        raise ValueError(f"weights must be 'f32', 'q4_0' or 'q8_0', got {weights!r}")
+    config = model.config
+    _model_type(config)
+    if max_seq is None:
+        max_seq = int(min(getattr(config, "max_position_embeddings", 4096) or 4096, 4096))
+    check_supported(config, max_seq)
+    parts = model_parts(model)
+    layer_specs = []
+    for i in range(config.num_hidden_layers):
+        f = layer_fields(config, i, max_seq)
+        f.update(layer_model_fields(model, i))
+        layer_specs.append((f, layer_weights(model, i)))
+    return Model.from_parts(layer_specs, parts, weights=weights, threads=threads, max_seq=max_seq,
+                            name=f"{type(model).__name__} ({parts['model_type']})")

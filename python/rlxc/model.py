@@ -1,0 +1,315 @@
+"""rlxc.Model: a decoder-only LM around an rlxc.Pipeline.
+
+The Model owns the token embedding (looked up in NumPy, float32), the list of rlxc.Layer objects
+(editable: the pipeline borrows them, so a changed field takes effect on the next call), the final
+norm, the lm_head (multiplied through ``rlxc.ops.matmul``, quantized like the layer matrices) and
+the final logit softcap. Gemma 4 per-layer embeddings (PLE) are computed here in NumPy from the
+input ids and handed to the pipeline as its ``ple`` input.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["Model", "MATRIX_SLOTS"]
+
+#: Weight slots that hold matrices (the ones quantized to q4_0/q8_0 when in-dim % 32 == 0).
+MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                "ple_gate", "ple_proj")
+
+_WTYPES = ("f32", "q4_0", "q8_0")
+
+
+def _rlxc():
+    """The rlxc package (imported lazily: this module is imported by rlxc/__init__.py)."""
+    return importlib.import_module(__package__ or "rlxc")
+
+
+def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
+    """Storage type of a matrix of ``shape`` [out, in] under the requested format."""
+    if weights != "f32" and len(shape) == 2 and shape[1] % 32 == 0:
+        return weights
+    return "f32"
+
+
+class Model:
+    """A causal LM on the rlxc engine.
+
+    Build one with :func:`rlxc.from_hf` (or :meth:`from_parts`). ``layers`` is a list of
+    ``rlxc.Layer``; fields and weights may be edited between calls (call :meth:`reset` after
+    changing a K/V shape: head_dim, num_kv_heads or kv_shared_from).
+    """
+
+    def __init__(self, layers: Sequence[Any], embed: np.ndarray, *, lm_head: np.ndarray | None = None,
+                 weights: str = "f32", embed_scale: float = 1.0, norm_type: int = 0,
+                 norm_weight: np.ndarray | None = None, norm_bias: np.ndarray | None = None,
+                 norm_eps: float = 1e-6, norm_offset: float = 0.0, final_softcap: float = 0.0,
+                 ple: Mapping[str, Any] | None = None, max_seq: int = 2048,
+                 threads: int | None = None, name: str = "rlxc.Model",
+                 layer_wtypes: Sequence[Mapping[str, str]] | None = None) -> None:
+        """
+        Args:
+            layers: rlxc.Layer objects with weights set.
+            embed: float32 [vocab, hidden] token embedding (also the lm_head when ``lm_head`` is None).
+            lm_head: float32 [vocab, hidden] or None (tied to ``embed``).
+            weights: storage format of the lm_head ("f32", "q4_0", "q8_0"; f32 if hidden % 32).
+            embed_scale: the embedding is multiplied by it (Gemma: sqrt(hidden) in the weight dtype).
+            norm_type, norm_weight, norm_bias, norm_eps, norm_offset: the final norm
+                (RMSNorm weight ``offset + w``, or LayerNorm with optional bias).
+            final_softcap: ``cap * tanh(logits / cap)`` when > 0.
+            ple: Gemma 4 per-layer-embedding tables (see :func:`rlxc.hf.model_parts`) or None.
+            max_seq: KV-cache length. threads: engine threads (None = engine default).
+            name: shown by repr. layer_wtypes: per layer, slot -> format (for display only).
+        """
+        if weights not in _WTYPES:
+            raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
+        self.layers: list[Any] = list(layers)
+        self.embed = np.ascontiguousarray(embed, dtype=np.float32)
+        self.vocab_size, self.hidden_size = self.embed.shape
+        self.embed_scale = float(embed_scale)
+        self.norm_type = int(norm_type)
+        self.norm_weight = None if norm_weight is None else np.ascontiguousarray(norm_weight, np.float32)
+        self.norm_bias = None if norm_bias is None else np.ascontiguousarray(norm_bias, np.float32)
+        self.norm_eps = float(norm_eps)
+        self.norm_offset = float(norm_offset)
+        self.final_softcap = float(final_softcap or 0.0)
+        self.ple = dict(ple) if ple else None
+        self.max_seq = int(max_seq)
+        self.threads = threads
+        self.name = name
+        self.weights = weights
+        self.tied = lm_head is None
+        head = self.embed if lm_head is None else np.ascontiguousarray(lm_head, dtype=np.float32)
+        if head.shape[1] != self.hidden_size:
+            raise ValueError(f"lm_head is {head.shape}, hidden size is {self.hidden_size}")
+        self.lm_head_type = matrix_wtype(weights, head.shape)
+        ops = _rlxc().ops
+        if self.lm_head_type == "q4_0":
+            self._lm = ops.quantize_q4_0(head)
+        elif self.lm_head_type == "q8_0":
+            self._lm = ops.quantize_q8_0(head)
+        else:
+            self._lm = head
+        self.lm_vocab = head.shape[0]
+        self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
+        self._pipe = None
+        self._pipe_layers: tuple = ()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_parts(cls, layer_specs: Iterable[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]],
+                   parts: Mapping[str, Any], weights: str = "f32", threads: int | None = None,
+                   max_seq: int = 2048, name: str = "rlxc.Model") -> "Model":
+        """Build from ``(fields, weights)`` per layer and the model-level ``parts`` dict of
+        :func:`rlxc.hf.model_parts`. Matrices go to ``weights`` format when in-dim % 32 == 0."""
+        if weights not in _WTYPES:
+            raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
+        r = _rlxc()
+        layers, wtypes = [], []
+        for fields, ws in layer_specs:
+            layer = r.Layer(**dict(fields))
+            types = {}
+            for slot, arr in ws.items():
+                arr = np.ascontiguousarray(arr, dtype=np.float32)
+                t = matrix_wtype(weights, arr.shape) if slot in MATRIX_SLOTS else "f32"
+                layer.set_weight(slot, arr, dtype=t)
+                types[slot] = t
+            layers.append(layer)
+            wtypes.append(types)
+        return cls(layers, parts["embed"], lm_head=parts.get("lm_head"), weights=weights,
+                   embed_scale=parts.get("embed_scale", 1.0), norm_type=parts.get("norm_type", 0),
+                   norm_weight=parts.get("norm_weight"), norm_bias=parts.get("norm_bias"),
+                   norm_eps=parts.get("norm_eps", 1e-6), norm_offset=parts.get("norm_offset", 0.0),
+                   final_softcap=parts.get("final_softcap", 0.0), ple=parts.get("ple"),
+                   max_seq=max_seq, threads=threads, name=name, layer_wtypes=wtypes)
+
+    # ------------------------------------------------------------------ pipeline
+    @property
+    def pipeline(self) -> Any:
+        """The rlxc.Pipeline over ``self.layers`` (rebuilt when the list's members changed
+        while the cache is empty)."""
+        ids = tuple(id(l) for l in self.layers)
+        if self._pipe is None or ids != self._pipe_layers:
+            if self._pipe is not None and self._pipe.n_past:
+                raise RuntimeError("model.layers was changed with tokens in the cache: call reset()")
+            self._pipe = _rlxc().Pipeline(self.layers, self.max_seq, threads=self.threads)
+            self._pipe_layers = ids
+        return self._pipe
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache."""
+        return 0 if self._pipe is None else int(self._pipe.n_past)
+
+    def reset(self) -> None:
+        """Empty the KV cache (and pick up layer list changes or K/V shape edits)."""
+        ids = tuple(id(l) for l in self.layers)
+        if self._pipe is not None and ids == self._pipe_layers:
+            self._pipe.reset()
+        else:
+            self._pipe = None
+            self.pipeline  # noqa: B018 - builds it
+
+    # ------------------------------------------------------------------ pieces
+    def _ids(self, input_ids: Any) -> np.ndarray:
+        ids = np.asarray(input_ids)
+        if hasattr(input_ids, "detach"):  # torch tensor
+            ids = input_ids.detach().cpu().numpy()
+        ids = ids.astype(np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ValueError("input_ids is empty")
+        if ids.min() < 0 or ids.max() >= self.vocab_size:
+            raise ValueError(f"token id out of range [0, {self.vocab_size})")
+        return ids
+
+    def embed_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """float32 [T, hidden]: embedding rows times ``embed_scale``."""
+        x = self.embed[ids]
+        if self.embed_scale != 1.0:
+            x = x * np.float32(self.embed_scale)
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    def per_layer_inputs(self, ids: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+        """Gemma 4 PLE, float32 [T, n_layers * ple_dim] (None when the model has none)::
+
+            tok  = E_ple[ids] * sqrt(P)
+            proj = RMSNorm_P((x @ W_proj^T) * hidden**-0.5)      # per layer slice of P
+            ple  = (proj + tok) * 2**-0.5
+        """
+        p = self.ple
+        if p is None:
+            return None
+        T, L, P = len(ids), p["num_layers"], p["dim"]
+        tok = p["embed"][ids].reshape(T, L, P) * np.float32(p["embed_scale"])
+        proj = (x @ p["proj"].T) * np.float32(p["proj_scale"])
+        proj = proj.reshape(T, L, P)
+        ms = np.mean(proj.astype(np.float32) ** 2, axis=-1, keepdims=True)
+        proj = proj / np.sqrt(ms + np.float32(p["eps"])) * p["norm"]
+        ple = (proj + tok) * np.float32(p["input_scale"])
+        return np.ascontiguousarray(ple.reshape(T, L * P), dtype=np.float32)
+
+    def final_norm(self, h: np.ndarray) -> np.ndarray:
+        """The model's final norm of h [T, hidden] (or [hidden])."""
+        ops = _rlxc().ops
+        h = np.ascontiguousarray(h, dtype=np.float32)
+        if self.norm_weight is None:
+            return h
+        if self.norm_type == 1:
+            return np.asarray(ops.layernorm(h, self.norm_weight, self.norm_bias, self.norm_eps), np.float32)
+        return np.asarray(ops.rmsnorm(h, self.norm_weight, self.norm_eps, offset=self.norm_offset),
+                          np.float32)
+
+    def logits(self, h_normed: np.ndarray) -> np.ndarray:
+        """lm_head (+ final softcap) of already-normed hidden states."""
+        ops = _rlxc().ops
+        z = np.asarray(ops.matmul(np.ascontiguousarray(h_normed, np.float32), self._lm,
+                                  wtype=self.lm_head_type), dtype=np.float32)
+        if self.final_softcap > 0:
+            z = np.asarray(ops.softcap(z, self.final_softcap), dtype=np.float32)
+        return z
+
+    # ------------------------------------------------------------------ running
+    def prefill(self, input_ids: Any) -> np.ndarray:
+        """Run tokens at positions n_past.. (appending to the cache); float32 [T, vocab] logits."""
+        ids = self._ids(input_ids)
+        x = self.embed_tokens(ids)
+        out = self.pipeline.prefill(x, ple=self.per_layer_inputs(ids, x))
+        return self.logits(self.final_norm(out))
+
+    def decode(self, token_id: int) -> np.ndarray:
+        """One token at position n_past; float32 [vocab] logits."""
+        ids = self._ids([int(token_id)])
+        x = self.embed_tokens(ids)
+        ple = self.per_layer_inputs(ids, x)
+        pipe = self.pipeline
+        y = pipe.decode_token(x[0], pipe.n_past, ple=None if ple is None else ple[0])
+        return self.logits(self.final_norm(np.asarray(y).reshape(1, -1)))[0]
+
+    def forward(self, input_ids: Any) -> np.ndarray:
+        """reset() then prefill(input_ids)."""
+        self.reset()
+        return self.prefill(input_ids)
+
+    def trace(self, input_ids: Any) -> dict[str, np.ndarray]:
+        """reset() and run input_ids keeping every intermediate:
+        ``embeddings`` [T, H], ``layers`` [n_layers, T, H] (each layer's raw output),
+        ``final_norm`` [T, H], ``logits`` [T, vocab]."""
+        self.reset()
+        ids = self._ids(input_ids)
+        x = self.embed_tokens(ids)
+        out, per = self.pipeline.prefill(x, ple=self.per_layer_inputs(ids, x), layer_outputs=True)
+        normed = self.final_norm(out)
+        return {"embeddings": x, "layers": np.asarray(per, np.float32), "final_norm": normed,
+                "logits": self.logits(normed)}
+
+    def hidden_states(self, input_ids: Any) -> list[np.ndarray]:
+        """Like transformers' ``output_hidden_states=True`` (5.17): n_layers + 1 arrays
+        [T, hidden]: the (scaled) embeddings, the outputs of layers 0 .. n-2, and the LAST
+        entry is the final-norm output of layer n-1 (not its raw output). Resets the cache."""
+        t = self.trace(input_ids)
+        return [t["embeddings"], *list(t["layers"][:-1]), t["final_norm"]]
+
+    # ------------------------------------------------------------------ display
+    def _wtypes(self, i: int) -> dict[str, str]:
+        layer = self.layers[i]
+        get = getattr(layer, "weight_type", None)
+        if get is not None:
+            out = {}
+            for s in MATRIX_SLOTS:
+                try:
+                    t = get(s)
+                except Exception:
+                    t = None
+                if t is not None:
+                    out[s] = str(t)
+            if out:
+                return out
+        if self._layer_wtypes and i < len(self._layer_wtypes):
+            return {k: v for k, v in self._layer_wtypes[i].items() if k in MATRIX_SLOTS}
+        return {}
+
+    def layer_table(self) -> list[dict[str, Any]]:
+        """One dict per layer: attention type, window, head_dim, heads, rope, weight formats."""
+        rows = []
+        for i, l in enumerate(self.layers):
+            W = int(l.sliding_window)
+            src = int(l.kv_shared_from)
+            attn = f"sliding {W}" if W > 0 else "full"
+            if src >= 0:
+                attn += f", K/V of layer {src}"
+            layout = int(l.rope_layout)
+            rd = int(l.rotary_dim)
+            rope = f"{float(l.rope_base):g}"
+            if rd != int(l.head_dim) or layout == 1:
+                rope += f" ({'proportional' if layout == 1 else 'prefix'} {rd})"
+            types = self._wtypes(i)
+            fmts = sorted(set(types.values()))
+            rows.append(dict(layer=i, attention=attn, window=W, head_dim=int(l.head_dim),
+                             q_heads=int(l.num_q_heads), kv_heads=int(l.num_kv_heads), rope=rope,
+                             ffn=int(l.intermediate_size), ple=int(l.ple_dim),
+                             weights="/".join(fmts) if fmts else "?"))
+        return rows
+
+    def __repr__(self) -> str:
+        head = "tied" if self.tied else "untied"
+        extra = []
+        if self.final_softcap:
+            extra.append(f"final_softcap={self.final_softcap:g}")
+        if self.ple:
+            extra.append(f"ple_dim={self.ple['dim']}")
+        return (f"<rlxc.Model {self.name}: {len(self.layers)} layers, hidden {self.hidden_size}, "
+                f"vocab {self.vocab_size}, weights {self.weights}, lm_head {self.lm_head_type} ({head})"
+                + (", " + ", ".join(extra) if extra else "") + f", n_past {self.n_past}>")
+
+    def _repr_html_(self) -> str:
+        cols = ["layer", "attention", "head_dim", "q_heads", "kv_heads", "rope", "ffn", "ple", "weights"]
+        rows = self.layer_table()
+        th = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in cols) + "</tr>"
+                       for r in rows)
+        return (f"<div><b>{html.escape(repr(self))}</b><table><thead><tr>{th}</tr></thead>"
+                f"<tbody>{body}</tbody></table></div>")

@@ -1,0 +1,5 @@
+"""Make tests/ importable (``from reference import ...``) regardless of how pytest is run."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,505 @@
+/* Every kernel of an ISA table against the scalar reference, on random shapes with tails.
+ *
+ *   test_kernels [scalar|avx2|avx512|neon]...   (default: every ISA this CPU and build run)
+ *
+ * Tolerances. quantize_row_q8_0 must be bit-identical. Everything else is compared per
+ * output element as |got - ref| / S <= 1e-5, where S is the sum of the magnitudes of the
+ * terms that make up that element, so a summation order differing from the reference's
+ * is never penalised for cancellation:
+ *   f32 / Q4_0 / Q8_0 dots: S = sum_k |w_k * x_k| (dequantized values; the integer block dots
+ *     are exact, only the float accumulation order may differ);
+ *   rope: |x1 cos| + |x2 sin|; layernorm: (|x| + |mean|) / std * |w| + |b|; gelu: |x| (the
+ *     two terms 0.5x and 0.5x tanh(u)); attention: sum_j p_j |v_j|; the rest: |ref|.
+ * Outputs are written into buffers with sentinels around them (and ldy > N for GEMMs), so
+ * a store out of bounds fails the test; inputs are malloc'ed at their exact sizes so that
+ * valgrind sees any read past a tail.
+ *
+ * Portable C: the ISA-specific code is reached only through the kernel tables. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../csrc/kernels.h"
+
+#define TOL 1e-5
+#define GUARD 16               /* sentinel floats on each side of every output */
+#define SENTINEL 12345.678f
+
+/* ---- random numbers (deterministic: splitmix64) ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rng_u64() >> 40) / 16777216.0f; }
+
+static void fill(float *x, int n, float lo, float hi) {
+    for (int i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    return p;
+}
+
+/* ---- result bookkeeping ---- */
+
+typedef struct {
+    const char *name;
+    int cases, failures;
+    double max_err;
+    char first_failure[160];
+} result;
+
+static void fail(result *r, const char *fmt, ...) {
+    if (!r->failures) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->first_failure, sizeof r->first_failure, fmt, ap);
+        va_end(ap);
+    }
+    r->failures++;
+}
+
+/* Compares n outputs; s0..s2 name the case in the first failure message. */
+static void compare(result *r, const float *got, const float *ref, const float *scale, int n, int s0, int s1, int s2) {
+    for (int i = 0; i < n; i++) {
+        double err;
+        if (isnan(got[i]) || isnan(ref[i])) err = isnan(got[i]) && isnan(ref[i]) ? 0.0 : INFINITY;
+        else if (got[i] == ref[i]) err = 0.0;
+        else err = fabs((double)got[i] - ref[i]) / fmax(scale[i], 1e-30);
+        if (err > r->max_err) r->max_err = err;
+        if (!(err <= TOL)) {
+            fail(r, "shape (%d, %d, %d): error %.3g", s0, s1, s2, err);
+            return;
+        }
+    }
+}
+
+/* An output buffer of n floats with GUARD sentinels on both sides. */
+static float *guarded(int n) {
+    float *p = xmalloc((size_t)(n + 2 * GUARD) * sizeof(float));
+    for (int i = 0; i < n + 2 * GUARD; i++) p[i] = SENTINEL;
+    return p + GUARD;
+}
+
+static void check_guards(result *r, float *p, int n, int s0, int s1, int s2) {
+    for (int i = 1; i <= GUARD; i++)
+        if (p[-i] != SENTINEL || p[n - 1 + i] != SENTINEL) {
+            fail(r, "shape (%d, %d, %d): wrote outside the output", s0, s1, s2);
+            return;
+        }
+}
+
+static void free_guarded(float *p) { free(p - GUARD); }
+
+/* ---- quantized data ---- */
+
+static rlxc_fp16 random_scale(void) {
+    const float m = rng_uniform(1e-3f, 1.0f);
+    return rlxc_f32_to_fp16(rng_u64() & 1 ? m : -m);
+}
+
+/* Raw random blocks: every nibble and every int8 (including -128) occurs. */
+static void random_q4_0(block_q4_0 *w, int n) {
+    for (int i = 0; i < n; i++) {
+        w[i].d = random_scale();
+        for (int j = 0; j < RLXC_QK / 2; j++) w[i].qs[j] = (uint8_t)rng_u64();
+    }
+}
+
+static void random_q8_0(block_q8_0 *w, int n) {
+    for (int i = 0; i < n; i++) {
+        w[i].d = random_scale();
+        for (int j = 0; j < RLXC_QK; j++) w[i].qs[j] = (int8_t)rng_u64();
+    }
+}
+
+/* Activations as the engine makes them: floats quantized by the reference quantizer. Block
+ * magnitudes vary, and every fifth block is zero (d = 0). */
+static void random_activations(block_q8_0 *xq, int T, int K) {
+    float *x = xmalloc((size_t)K * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        for (int b = 0; b < K / RLXC_QK; b++) {
+            const float m = (b % 5 == 4) ? 0.0f : powf(10.0f, rng_uniform(-2.0f, 2.0f));
+            fill(x + b * RLXC_QK, RLXC_QK, -m, m);
+        }
+        rlxc_quantize_row_q8_0(xq + (size_t)t * (K / RLXC_QK), x, K);
+    }
+    free(x);
+}
+
+/* ---- matrix kernels ---- */
+
+static const int mat_N[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 67};
+static const int mat_T[] = {1, 2, 3, 4, 7, 32, 65, 130};
+static const int q_nb[] = {1, 2, 3, 5, 8, 9, 33};            /* K / 32: odd and even counts */
+static const int f_K[] = {1, 3, 8, 9, 16, 31, 33, 100, 257};
+#define LEN(a) ((int)(sizeof(a) / sizeof *(a)))
+
+/* S for every (t, n) of a quantized GEMM: sum_k |w_k x_k| over the dequantized values. */
+static void quant_scales(float *scale, const float *wabs_d, const block_q8_0 *xq, const int8_t *wq, int N, int K,
+                         int T, int ldy) {
+    const int nb = K / RLXC_QK;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.0;
+            for (int b = 0; b < nb; b++) {
+                const block_q8_0 *xb = xq + (size_t)t * nb + b;
+                int sa = 0;
+                for (int j = 0; j < RLXC_QK; j++) sa += abs(wq[((size_t)n * nb + b) * RLXC_QK + j] * xb->qs[j]);
+                s += (double)sa * wabs_d[(size_t)n * nb + b] * fabsf(rlxc_fp16_to_f32(xb->d));
+            }
+            scale[t * ldy + n] = (float)s;
+        }
+}
+
+/* Runs one quantized matvec/matmul case: `is_q4` picks the weight type. */
+static void quant_case(result *rv, result *rm, const rlxc_kernels *k, int is_q4, int N, int nb, int T) {
+    const int K = nb * RLXC_QK, ldy = N + 3;
+    const size_t nw = (size_t)N * nb;
+    void *w = xmalloc(nw * (is_q4 ? sizeof(block_q4_0) : sizeof(block_q8_0)));
+    block_q8_0 *xq = xmalloc((size_t)T * nb * sizeof(block_q8_0));
+    int8_t *wq = xmalloc(nw * RLXC_QK);
+    float *wd = xmalloc(nw * sizeof(float));
+    if (is_q4) random_q4_0(w, (int)nw);
+    else random_q8_0(w, (int)nw);
+    random_activations(xq, T, K);
+    for (size_t i = 0; i < nw; i++) { /* integer weights and |d| for S */
+        if (is_q4) {
+            const block_q4_0 *b = (const block_q4_0 *)w + i;
+            for (int j = 0; j < RLXC_QK / 2; j++) {
+                wq[i * RLXC_QK + j] = (int8_t)((b->qs[j] & 0x0f) - 8);
+                wq[i * RLXC_QK + j + RLXC_QK / 2] = (int8_t)((b->qs[j] >> 4) - 8);
+            }
+            wd[i] = fabsf(rlxc_fp16_to_f32(b->d));
+        } else {
+            const block_q8_0 *b = (const block_q8_0 *)w + i;
+            memcpy(wq + i * RLXC_QK, b->qs, RLXC_QK);
+            wd[i] = fabsf(rlxc_fp16_to_f32(b->d));
+        }
+    }
+    const int ny = T * ldy;
+    float *ref = guarded(ny), *got = guarded(ny), *scale = xmalloc((size_t)ny * sizeof(float));
+    for (int i = 0; i < ny; i++) scale[i] = 1.0f;
+    quant_scales(scale, wd, xq, wq, N, K, T, ldy);
+
+    if (is_q4) rlxc_kernels_scalar.matmul_q4_0(ref, ldy, w, xq, N, K, T);
+    else rlxc_kernels_scalar.matmul_q8_0(ref, ldy, w, xq, N, K, T);
+    if (is_q4) k->matmul_q4_0(got, ldy, w, xq, N, K, T);
+    else k->matmul_q8_0(got, ldy, w, xq, N, K, T);
+    rm->cases++;
+    compare(rm, got, ref, scale, ny, N, K, T);
+    check_guards(rm, got, ny, N, K, T);
+
+    if (T == 1) {
+        for (int i = 0; i < ny; i++) got[i] = SENTINEL;
+        if (is_q4) k->matvec_q4_0(got, w, xq, N, K);
+        else k->matvec_q8_0(got, w, xq, N, K);
+        rv->cases++;
+        compare(rv, got, ref, scale, N, N, K, T);
+        check_guards(rv, got, N, N, K, T);
+    }
+    free_guarded(ref);
+    free_guarded(got);
+    free(scale), free(w), free(xq), free(wq), free(wd);
+}
+
+static void test_quant_mat(result *out, const rlxc_kernels *k) {
+    result *q4v = out, *q4m = out + 1, *q8v = out + 2, *q8m = out + 3;
+    q4v->name = "matvec_q4_0", q4m->name = "matmul_q4_0", q8v->name = "matvec_q8_0", q8m->name = "matmul_q8_0";
+    for (int a = 0; a < LEN(mat_N); a++)
+        for (int b = 0; b < LEN(q_nb); b++)
+            for (int c = 0; c < LEN(mat_T); c++) {
+                quant_case(q4v, q4m, k, 1, mat_N[a], q_nb[b], mat_T[c]);
+                quant_case(q8v, q8m, k, 0, mat_N[a], q_nb[b], mat_T[c]);
+            }
+    /* decode-sized rows: long K, many rows */
+    quant_case(q4v, q4m, k, 1, 130, 128, 1);
+    quant_case(q8v, q8m, k, 0, 130, 128, 1);
+}
+
+static void test_f32_mat(result *out, const rlxc_kernels *k) {
+    result *rv = out, *rm = out + 1;
+    rv->name = "matvec_f32", rm->name = "matmul_f32";
+    for (int a = 0; a < LEN(mat_N); a++)
+        for (int b = 0; b < LEN(f_K); b++)
+            for (int c = 0; c < LEN(mat_T); c++) {
+                const int N = mat_N[a], K = f_K[b], T = mat_T[c], ldy = N + 3, ny = T * ldy;
+                float *w = xmalloc((size_t)N * K * sizeof(float)), *x = xmalloc((size_t)T * K * sizeof(float));
+                fill(w, N * K, -1, 1);
+                fill(x, T * K, -1, 1);
+                float *ref = guarded(ny), *got = guarded(ny), *scale = xmalloc((size_t)ny * sizeof(float));
+                for (int i = 0; i < ny; i++) scale[i] = 1.0f;
+                for (int t = 0; t < T; t++)
+                    for (int n = 0; n < N; n++) {
+                        double s = 0.0;
+                        for (int j = 0; j < K; j++) s += fabsf(w[n * K + j] * x[t * K + j]);
+                        scale[t * ldy + n] = (float)s;
+                    }
+                rlxc_kernels_scalar.matmul_f32(ref, ldy, w, x, N, K, T);
+                k->matmul_f32(got, ldy, w, x, N, K, T);
+                rm->cases++;
+                compare(rm, got, ref, scale, ny, N, K, T);
+                check_guards(rm, got, ny, N, K, T);
+                if (T == 1) {
+                    for (int i = 0; i < ny; i++) got[i] = SENTINEL;
+                    k->matvec_f32(got, w, x, N, K);
+                    rv->cases++;
+                    compare(rv, got, ref, scale, N, N, K, T);
+                    check_guards(rv, got, N, N, K, T);
+                }
+                free_guarded(ref);
+                free_guarded(got);
+                free(scale), free(w), free(x);
+            }
+}
+
+/* ---- activation quantization: bit-identical ---- */
+
+static void test_quantize(result *r, const rlxc_kernels *k) {
+    r->name = "quantize_row_q8_0";
+    for (int nb = 1; nb <= 40; nb++) {
+        const int K = nb * RLXC_QK;
+        float *x = xmalloc((size_t)K * sizeof(float));
+        for (int b = 0; b < nb; b++) {
+            float *xb = x + b * RLXC_QK;
+            switch (b % 6) {
+            case 0: /* amax 127 -> d = 1: exact .5 ties must round away from zero */
+                for (int j = 0; j < RLXC_QK; j++) xb[j] = (float)((int)(rng_u64() % 254) - 127) + (rng_u64() & 1 ? 0.5f : 0.0f);
+                xb[0] = 127.0f;
+                break;
+            case 1: fill(xb, RLXC_QK, 0, 0); break;                      /* d = 0 */
+            case 2: fill(xb, RLXC_QK, -3e-6f, 3e-6f); break;             /* fp16 subnormal d */
+            case 3: fill(xb, RLXC_QK, -1e7f, 1e7f); break;               /* d overflows fp16 */
+            default: {
+                const float m = powf(10.0f, rng_uniform(-3.0f, 3.0f));
+                fill(xb, RLXC_QK, -m, m);
+            }
+            }
+        }
+        block_q8_0 *ref = xmalloc((size_t)nb * sizeof(block_q8_0)), *got = xmalloc((size_t)nb * sizeof(block_q8_0));
+        memset(got, 0x5a, (size_t)nb * sizeof(block_q8_0));
+        rlxc_kernels_scalar.quantize_row_q8_0(ref, x, K);
+        k->quantize_row_q8_0(got, x, K);
+        r->cases++;
+        for (int b = 0; b < nb; b++)
+            if (memcmp(ref + b, got + b, sizeof(block_q8_0))) {
+                fail(r, "K %d block %d (kind %d): not bit-identical", K, b, b % 6);
+                r->max_err = INFINITY;
+                break;
+            }
+        free(x), free(ref), free(got);
+    }
+}
+
+/* ---- norms ---- */
+
+static const int vec_n[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000, 2051};
+
+static void test_norms(result *out, const rlxc_kernels *k) {
+    result *rr = out, *rl = out + 1;
+    rr->name = "rmsnorm", rl->name = "layernorm";
+    for (int a = 0; a < LEN(vec_n); a++)
+        for (int variant = 0; variant < 4; variant++) {
+            const int n = vec_n[a];
+            float *x = xmalloc(n * sizeof(float)), *w = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
+            float *ref = guarded(n), *got = guarded(n), *scale = xmalloc(n * sizeof(float));
+            fill(x, n, -3, 3);
+            fill(w, n, -2, 2);
+            fill(b, n, -1, 1);
+            x[0] += 10.0f; /* a non-zero mean for layernorm */
+
+            const float *wn = variant & 1 ? NULL : w, off = variant & 2 ? 1.0f : 0.0f;
+            rlxc_kernels_scalar.rmsnorm(ref, x, wn, off, 1e-6f, n);
+            k->rmsnorm(got, x, wn, off, 1e-6f, n);
+            for (int i = 0; i < n; i++) scale[i] = fabsf(ref[i]);
+            rr->cases++;
+            compare(rr, got, ref, scale, n, n, variant, 0);
+            check_guards(rr, got, n, n, variant, 0);
+
+            const float *bn = variant & 1 ? NULL : b;
+            double mean = 0, var = 0;
+            for (int i = 0; i < n; i++) mean += x[i];
+            mean /= n;
+            for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+            const double rstd = 1.0 / sqrt(var / n + 1e-5);
+            for (int i = 0; i < n; i++) scale[i] = (float)((fabs(x[i]) + fabs(mean)) * rstd * fabs(w[i]) + (bn ? fabs(bn[i]) : 0));
+            rlxc_kernels_scalar.layernorm(ref, x, w, bn, 1e-5f, n);
+            k->layernorm(got, x, w, bn, 1e-5f, n);
+            rl->cases++;
+            compare(rl, got, ref, scale, n, n, variant, 0);
+            check_guards(rl, got, n, n, variant, 0);
+            free_guarded(ref);
+            free_guarded(got);
+            free(x), free(w), free(b), free(scale);
+        }
+}
+
+/* ---- RoPE ---- */
+
+static void test_rope(result *r, const rlxc_kernels *k) {
+    /* {head_dim, n_pairs, half}: prefix (n_pairs == half) and proportional (half = hd / 2) */
+    static const int shapes[][3] = {{64, 32, 32}, {64, 16, 32}, {128, 64, 64}, {128, 8, 64}, {80, 16, 16},
+                                    {33, 16, 16}, {33, 5, 16}, {7, 3, 3}, {2, 1, 1}, {256, 32, 128},
+                                    {256, 128, 128}, {96, 12, 48}, {17, 8, 8}, {40, 9, 20}};
+    static const int heads[] = {1, 3, 8};
+    r->name = "rope";
+    for (int a = 0; a < LEN(shapes); a++)
+        for (int h = 0; h < LEN(heads); h++) {
+            const int hd = shapes[a][0], np = shapes[a][1], half = shapes[a][2], nh = heads[h], n = nh * hd;
+            float *c = xmalloc(np * sizeof(float)), *s = xmalloc(np * sizeof(float)), *x0 = xmalloc(n * sizeof(float));
+            float *ref = guarded(n), *got = guarded(n), *scale = xmalloc(n * sizeof(float));
+            for (int i = 0; i < np; i++) {
+                const float th = rng_uniform(-100, 100);
+                c[i] = cosf(th), s[i] = sinf(th);
+            }
+            fill(x0, n, -2, 2);
+            for (int i = 0; i < n; i++) scale[i] = fabsf(x0[i]);
+            for (int hh = 0; hh < nh; hh++)
+                for (int i = 0; i < np; i++) {
+                    const float x1 = x0[hh * hd + i], x2 = x0[hh * hd + i + half];
+                    scale[hh * hd + i] = fabsf(x1 * c[i]) + fabsf(x2 * s[i]);
+                    scale[hh * hd + i + half] = fabsf(x2 * c[i]) + fabsf(x1 * s[i]);
+                }
+            memcpy(ref, x0, n * sizeof(float));
+            memcpy(got, x0, n * sizeof(float));
+            rlxc_kernels_scalar.rope(ref, nh, hd, c, s, np, half);
+            k->rope(got, nh, hd, c, s, np, half);
+            r->cases++;
+            compare(r, got, ref, scale, n, hd, np, nh);
+            check_guards(r, got, n, hd, np, nh);
+            free_guarded(ref);
+            free_guarded(got);
+            free(c), free(s), free(x0), free(scale);
+        }
+}
+
+/* ---- attention ---- */
+
+static void test_attention(result *r, const rlxc_kernels *k) {
+    static const int hds[] = {1, 7, 8, 33, 64, 80, 128, 256};
+    static const int nks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 100, 300};
+    r->name = "attn_head";
+    for (int a = 0; a < LEN(hds); a++)
+        for (int b = 0; b < LEN(nks); b++)
+            for (int cap = 0; cap < 2; cap++) {
+                const int hd = hds[a], nk = nks[b];
+                const float softcap = cap ? 5.0f : 0.0f, scale = 3.0f / sqrtf((float)hd);
+                float *q = xmalloc(hd * sizeof(float)), *kk = xmalloc((size_t)nk * hd * sizeof(float));
+                float *v = xmalloc((size_t)nk * hd * sizeof(float));
+                float *sref = xmalloc(nk * sizeof(float)), *sgot = xmalloc(nk * sizeof(float));
+                float *ref = guarded(hd), *got = guarded(hd), *sc = xmalloc(hd * sizeof(float));
+                fill(q, hd, -1, 1);
+                fill(kk, nk * hd, -1, 1);
+                fill(v, nk * hd, -2, 2);
+                rlxc_kernels_scalar.attn_head(ref, q, kk, v, hd, nk, scale, softcap, sref);
+                k->attn_head(got, q, kk, v, hd, nk, scale, softcap, sgot);
+                double sum = 0;
+                for (int j = 0; j < nk; j++) sum += sref[j]; /* the reference leaves exp(s - max) there */
+                for (int d = 0; d < hd; d++) {
+                    double s = 0;
+                    for (int j = 0; j < nk; j++) s += sref[j] / sum * fabsf(v[(size_t)j * hd + d]);
+                    sc[d] = (float)s;
+                }
+                r->cases++;
+                compare(r, got, ref, sc, hd, hd, nk, cap);
+                check_guards(r, got, hd, hd, nk, cap);
+                free_guarded(ref);
+                free_guarded(got);
+                free(q), free(kk), free(v), free(sref), free(sgot), free(sc);
+            }
+}
+
+/* ---- element-wise ---- */
+
+static void test_elementwise(result *out, const rlxc_kernels *k) {
+    static const float specials[] = {0.0f, -0.0f, 100.0f, -100.0f, 1e4f, -1e4f, 88.0f, -88.0f, 20.0f, -20.0f};
+    const char *names[] = {"silu", "gelu_tanh", "mul", "add", "scale", "softcap"};
+    for (int f = 0; f < 6; f++) out[f].name = names[f];
+    for (int a = 0; a < LEN(vec_n); a++) {
+        const int n = vec_n[a];
+        float *x = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float)), *sc = xmalloc(n * sizeof(float));
+        float *ref = guarded(n), *got = guarded(n);
+        fill(x, n, -20, 20);
+        fill(b, n, -3, 3);
+        for (int i = 0; i < n && i < LEN(specials); i++) x[(i * 7) % n] = specials[i];
+        for (int f = 0; f < 6; f++) {
+            memcpy(ref, x, n * sizeof(float));
+            memcpy(got, x, n * sizeof(float));
+            switch (f) {
+            case 0: rlxc_kernels_scalar.silu(ref, x, n), k->silu(got, x, n); break;
+            case 1: rlxc_kernels_scalar.gelu_tanh(ref, x, n), k->gelu_tanh(got, x, n); break;
+            case 2: rlxc_kernels_scalar.mul(ref, x, b, n), k->mul(got, x, b, n); break;
+            case 3: rlxc_kernels_scalar.add(ref, b, n), k->add(got, b, n); break;
+            case 4: rlxc_kernels_scalar.scale(ref, 0.37f, n), k->scale(got, 0.37f, n); break;
+            case 5: rlxc_kernels_scalar.softcap(ref, 30.0f, n), k->softcap(got, 30.0f, n); break;
+            }
+            for (int i = 0; i < n; i++) sc[i] = f == 1 ? fabsf(x[i]) : fabsf(ref[i]);
+            out[f].cases++;
+            compare(out + f, got, ref, sc, n, n, 0, 0);
+            check_guards(out + f, got, n, n, 0, 0);
+            for (int i = 0; i < n; i++)
+                if (isnan(got[i])) { fail(out + f, "n %d: NaN at %d for x = %g", n, i, x[i]); break; }
+        }
+        free_guarded(ref);
+        free_guarded(got);
+        free(x), free(b), free(sc);
+    }
+}
+
+/* ---- driver ---- */
+
+#define N_RESULTS 17
+
+static int run_isa(const char *isa) {
+    char err[256];
+    if (rlxc_kernels_select(isa, err, sizeof err)) {
+        printf("%-8s SKIP  %s\n", isa, err);
+        return 0;
+    }
+    const rlxc_kernels *k = rlxc_kernels_active();
+    result res[N_RESULTS];
+    memset(res, 0, sizeof res);
+    test_f32_mat(res, k);
+    test_quant_mat(res + 2, k);
+    test_quantize(res + 6, k);
+    test_norms(res + 7, k);
+    test_rope(res + 9, k);
+    test_attention(res + 10, k);
+    test_elementwise(res + 11, k);
+    int bad = 0;
+    for (int i = 0; i < N_RESULTS; i++) {
+        const result *r = res + i;
+        printf("%-8s %-18s %s  max err %.2e  (%d cases)%s%s\n", k->isa, r->name, r->failures ? "FAIL" : "PASS",
+               r->max_err, r->cases, r->failures ? "  first: " : "", r->failures ? r->first_failure : "");
+        bad += r->failures != 0;
+    }
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    static const char *all[] = {"scalar", "avx2", "avx512", "neon"};
+    int bad = 0;
+    if (argc > 1)
+        for (int i = 1; i < argc; i++) {
+            char err[256];
+            if (rlxc_kernels_select(argv[i], err, sizeof err)) {
+                printf("%s\n", err);
+                return 2;
+            }
+            bad += run_isa(argv[i]);
+        }
+    else
+        for (int i = 0; i < LEN(all); i++) bad += run_isa(all[i]);
+    printf(bad ? "FAILED: %d kernel(s)\n" : "all kernels passed\n", bad);
+    return bad ? 1 : 0;
+}
