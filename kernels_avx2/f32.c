@@ -5,12 +5,12 @@
 /* R x C register tile: every weight vector loaded serves C tokens, every activation vector
  * R rows. The K % 8 tail goes through a scalar loop after the horizontal sums. */
 RLXC_INLINE void f32_tile(float *y, int ldy, const float *w, const float *x, int K, const int R, const int C) {
-    __m256 acc[R][C];
+    __m256 acc[TILE_MAX][TILE_MAX];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 xv[C];
+        __m256 xv[TILE_MAX];
         for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);
         for (int r = 0; r < R; r++) {
             const __m256 wv = _mm256_loadu_ps(w + r * K + k);

@@ -45,12 +45,12 @@ void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K) {
 RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *x, int nb,
                            const int R, const int C) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[R][C];
+    __m256 acc[TILE_MAX][TILE_MAX];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m256i nib[R];
-        __m256 dw[R];
+        __m256i nib[TILE_MAX];
+        __m256 dw[TILE_MAX];
         for (int r = 0; r < R; r++) {
             nib[r] = rlxc_q4_nibbles256(w[r * nb + b].qs);
             dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
@@ -75,12 +75,12 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
 RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *x, int nb,
                            const int R, const int C) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[R][C];
+    __m256 acc[TILE_MAX][TILE_MAX];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m256i wq[R], wabs[R];
-        __m256 dw[R];
+        __m256i wq[TILE_MAX], wabs[TILE_MAX];
+        __m256 dw[TILE_MAX];
         for (int r = 0; r < R; r++) {
             wq[r] = _mm256_loadu_si256((const __m256i *)w[r * nb + b].qs);
             wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);

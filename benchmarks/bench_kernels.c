@@ -1,0 +1,201 @@
+/* Kernel throughput: Q4_0 matvec GB/s of weights from in-cache sizes to 4x the last-level
+ * cache, next to the read bandwidth of a plain streaming sum over the same bytes, and Q4_0
+ * GEMM GFLOP/s at N = K = 4096.
+ *
+ *   bench_kernels [-t threads] [-s seconds] [isa ...]   (default: every ISA the CPU runs)
+ *
+ * With -t > 1 (OpenMP) the rows are split the way the engine splits them: each thread calls
+ * the kernel on one contiguous row range, with w and y offset. Portable C; the ISA code is
+ * reached only through the kernel tables. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../csrc/kernels.h"
+
+static int n_threads = 1;
+static double min_seconds = 0.3;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static size_t llc_bytes(void) {
+    for (int idx = 4; idx >= 0; idx--) {
+        char path[96], buf[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t v = 0;
+        char unit = 0;
+        if (fgets(buf, sizeof buf, f) && sscanf(buf, "%zu%c", &v, &unit) >= 1) {
+            fclose(f);
+            return v * (unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : 1);
+        }
+        fclose(f);
+    }
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return v > 0 ? (size_t)v : 32u << 20;
+}
+
+/* Seconds per call of fn(arg), the best of a few batches lasting min_seconds in all. */
+static double time_per_call(void (*fn)(void *), void *arg) {
+    fn(arg); /* warm up: page faults, caches */
+    double best = 1e30, spent = 0;
+    int reps = 1;
+    while (spent < min_seconds) {
+        const double t0 = now();
+        for (int i = 0; i < reps; i++) fn(arg);
+        const double dt = now() - t0;
+        spent += dt;
+        if (dt / reps < best) best = dt / reps;
+        if (dt < min_seconds / 8) reps *= 2;
+    }
+    return best;
+}
+
+/* ---- streaming read: the bandwidth roofline the matvec is compared with ---- */
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    volatile uint64_t sink;
+} stream_arg;
+
+static void stream_sum(void *a_) {
+    stream_arg *a = a_;
+    uint64_t total = 0;
+#pragma omp parallel for num_threads(n_threads) reduction(+ : total)
+    for (int th = 0; th < n_threads; th++) {
+        const size_t lo = a->n * th / n_threads, hi = a->n * (th + 1) / n_threads;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = lo; i + 4 <= hi; i += 4) s0 += a->p[i], s1 += a->p[i + 1], s2 += a->p[i + 2], s3 += a->p[i + 3];
+        total += s0 + s1 + s2 + s3;
+    }
+    a->sink = total;
+}
+
+/* ---- Q4_0 matvec / GEMM ---- */
+
+typedef struct {
+    const rlxc_kernels *k;
+    const block_q4_0 *w;
+    const block_q8_0 *xq;
+    float *y;
+    int N, K, T;
+} mat_arg;
+
+/* Rows split like the engine: thread i takes rows [N*i/n, N*(i+1)/n). */
+static void q4_matvec(void *a_) {
+    mat_arg *a = a_;
+    const int nb = a->K / RLXC_QK;
+#pragma omp parallel for num_threads(n_threads)
+    for (int th = 0; th < n_threads; th++) {
+        const int lo = (int)((long)a->N * th / n_threads), hi = (int)((long)a->N * (th + 1) / n_threads);
+        a->k->matvec_q4_0(a->y + lo, a->w + (size_t)lo * nb, a->xq, hi - lo, a->K);
+    }
+}
+
+static void q4_matmul(void *a_) {
+    mat_arg *a = a_;
+    const int nb = a->K / RLXC_QK;
+#pragma omp parallel for num_threads(n_threads)
+    for (int th = 0; th < n_threads; th++) {
+        const int lo = (int)((long)a->N * th / n_threads), hi = (int)((long)a->N * (th + 1) / n_threads);
+        a->k->matmul_q4_0(a->y + lo, a->N, a->w + (size_t)lo * nb, a->xq, hi - lo, a->K, a->T);
+    }
+}
+
+static void *random_bytes(size_t n) {
+    uint8_t *p = malloc(n);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    uint64_t s = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p[i] = (uint8_t)s;
+    }
+    return p;
+}
+
+/* Random blocks with sane fp16 scales (random bytes there could be inf/NaN). */
+static void *random_blocks(size_t n_blocks, size_t block_size) {
+    uint8_t *p = random_bytes(n_blocks * block_size);
+    for (size_t i = 0; i < n_blocks; i++) {
+        const rlxc_fp16 d = rlxc_f32_to_fp16(0.01f + (float)(i % 97) * 1e-4f);
+        memcpy(p + i * block_size, &d, sizeof d);
+    }
+    return p;
+}
+
+static void bench_isa(const char *isa) {
+    char err[256];
+    if (rlxc_kernels_select(isa, err, sizeof err)) {
+        printf("%s: skipped (%s)\n", isa, err);
+        return;
+    }
+    const rlxc_kernels *k = rlxc_kernels_active();
+    const size_t llc = llc_bytes();
+    const int K = 4096, nb = K / RLXC_QK;
+    const size_t row_bytes = (size_t)nb * sizeof(block_q4_0);
+    printf("\n[%s] %d thread(s), LLC %zu MiB\n", k->isa, n_threads, llc >> 20);
+    printf("%-10s %8s %12s %12s %7s\n", "weights", "N x K", "matvec GB/s", "stream GB/s", "ratio");
+
+    block_q8_0 *xq = random_blocks(nb * 512, sizeof(block_q8_0));
+    const size_t sizes_mib[] = {1, 4, 16, llc >> 20, 2 * (llc >> 20), 4 * (llc >> 20)};
+    for (size_t s = 0; s < sizeof sizes_mib / sizeof *sizes_mib; s++) {
+        const int N = (int)((sizes_mib[s] << 20) / row_bytes);
+        const size_t bytes = (size_t)N * row_bytes;
+        mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), xq, malloc((size_t)N * sizeof(float)), N, K, 1};
+        const double t_mv = time_per_call(q4_matvec, &m);
+        stream_arg st = {(const uint64_t *)m.w, bytes / 8, 0};
+        const double t_st = time_per_call(stream_sum, &st);
+        printf("%6zu MiB %8d x %d %12.1f %12.1f %7.2f\n", sizes_mib[s], N, K, bytes / t_mv * 1e-9, bytes / t_st * 1e-9,
+               t_st / t_mv);
+        free((void *)m.w);
+        free(m.y);
+    }
+
+    const int N = 4096;
+    mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), xq, malloc((size_t)N * 512 * sizeof(float)), N, K, 1};
+    printf("%-10s %12s\n", "GEMM T", "GFLOP/s (N = K = 4096)");
+    const int Ts[] = {1, 32, 128, 512};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+        m.T = Ts[i];
+        const double t = time_per_call(q4_matmul, &m);
+        printf("%-10d %12.1f\n", m.T, 2.0 * N * K * m.T / t * 1e-9);
+    }
+    free((void *)m.w);
+    free(m.y);
+    free(xq);
+}
+
+int main(int argc, char **argv) {
+    static const char *all[] = {"scalar", "avx2", "avx512", "neon"};
+    const char *isas[8];
+    int n_isas = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_seconds = atof(argv[++i]);
+        else if (n_isas < 8) isas[n_isas++] = argv[i];
+    }
+#ifndef _OPENMP
+    if (n_threads != 1) {
+        fprintf(stderr, "built without OpenMP: -t ignored\n");
+        n_threads = 1;
+    }
+#endif
+    if (!n_isas)
+        for (int i = 0; i < 4; i++) {
+            char err[256];
+            if (!rlxc_kernels_select(all[i], err, sizeof err) && strcmp(all[i], "scalar")) isas[n_isas++] = all[i];
+        }
+    for (int i = 0; i < n_isas; i++) bench_isa(isas[i]);
+    return 0;
+}
