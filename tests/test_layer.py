@@ -9,6 +9,8 @@ import pytest
 import rlxc
 import reference as ref
 
+F32_TOL = 1e-5  # relative: max |rlxc - numpy float64| / max |numpy|
+
 
 
 def make_layer(fields, rng, dtype="f32", freq_factors=False):
