@@ -68,14 +68,6 @@ void rlxc_pipeline_free(rlxc_pipeline *p) {
     free(p);
 }
 
-static int default_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int max_seq, int n_threads, char *err) {
     if (n_layers <= 0) { snprintf(err, RLXC_ERRLEN, "a pipeline needs at least one layer"); return NULL; }
     if (max_seq <= 0) { snprintf(err, RLXC_ERRLEN, "max_seq must be > 0, got %d", max_seq); return NULL; }
@@ -83,7 +75,7 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
     if (!p) { snprintf(err, RLXC_ERRLEN, "out of memory"); return NULL; }
     p->n_layers = n_layers;
     p->max_seq = max_seq;
-    p->n_threads = n_threads > 0 ? n_threads : default_threads();
+    p->n_threads = n_threads > 0 ? n_threads : rlxc_threads_default();
     p->layers = malloc(n_layers * sizeof *p->layers);
     p->kv = calloc(n_layers, sizeof *p->kv);
     if (!p->layers || !p->kv) {
@@ -123,7 +115,7 @@ int rlxc_pipeline_n_past(const rlxc_pipeline *p) { return p->n_past; }
 int rlxc_pipeline_max_seq(const rlxc_pipeline *p) { return p->max_seq; }
 int rlxc_pipeline_hidden_size(const rlxc_pipeline *p) { return p->layers[0]->hidden_size; }
 int rlxc_pipeline_threads(const rlxc_pipeline *p) { return p->n_threads; }
-void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n) { p->n_threads = n > 0 ? n : default_threads(); }
+void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n) { p->n_threads = n > 0 ? n : rlxc_threads_default(); }
 
 int rlxc_pipeline_ple_stride(const rlxc_pipeline *p) {
     int s = 0;
@@ -255,23 +247,34 @@ void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cs, float *sn) {
     }
 }
 
-static void attention(rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, int T, int pos0) {
-    const rlxc_kernels *kn = rlxc_kernels_active();
-    const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads;
-    const int items = T * nq, W = l->sliding_window;
+/* Query `it` = (token t, head h) over its visible keys: the last W of positions 0..pos. */
+static void attention_item(const rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, int pos0, int it,
+                           float *scores) {
+    const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
     const size_t Q = (size_t)nq * hd;
-#pragma omp parallel for num_threads(p->n_threads) if (p->n_threads > 1 && items > 1) schedule(static)
+    const int t = it / nq, h = it % nq, pos = pos0 + t;
+    const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
+    const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
+    rlxc_kernels_active()->attn_head(p->att + t * Q + (size_t)h * hd, p->q + t * Q + (size_t)h * hd, c->k + base,
+                                     c->v + base, hd, pos - start + 1, l->attn_scale, l->attn_softcap, scores);
+}
+
+/* Heads (and tokens) split across threads. */
+static void attention(rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, int T, int pos0) {
+    const int items = T * l->num_q_heads;
+    const int nth = rlxc_threads_usable(p->n_threads < items ? p->n_threads : 1);
+    if (nth == 1) {
+        for (int it = 0; it < items; it++) attention_item(p, l, c, pos0, it, p->scores);
+        return;
+    }
+#pragma omp parallel for num_threads(nth) schedule(static)
     for (int it = 0; it < items; it++) {
 #ifdef _OPENMP
         float *scores = p->scores + (size_t)omp_get_thread_num() * p->max_seq;
 #else
         float *scores = p->scores;
 #endif
-        const int t = it / nq, h = it % nq, pos = pos0 + t;
-        const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
-        const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
-        kn->attn_head(p->att + t * Q + (size_t)h * hd, p->q + t * Q + (size_t)h * hd, c->k + base, c->v + base, hd,
-                      pos - start + 1, l->attn_scale, l->attn_softcap, scores);
+        attention_item(p, l, c, pos0, it, scores);
     }
 }
 

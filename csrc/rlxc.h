@@ -117,6 +117,11 @@ void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_th
 /* cos and sin (times rope_attn_factor) of each of the layer's rotary_dim/2 pairs at pos. */
 void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cos_out, float *sin_out);
 
+/* Threads a call may use: `requested`, or 1 in a process forked after OpenMP ran. */
+int rlxc_threads_usable(int requested);
+/* OMP_NUM_THREADS if set, else the CPUs OpenMP sees (1 in a forked child). */
+int rlxc_threads_default(void);
+
 /* Pipeline: a stack of layers (borrowed, not copied: edits to a layer between calls take
  * effect) with a per-layer KV cache sized by each layer's own num_kv_heads * head_dim. */
 typedef struct rlxc_pipeline rlxc_pipeline;

@@ -39,6 +39,10 @@ void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K) {
     }
 }
 
+/* One-token (matvec) tiles prefetch the next R rows, the next tile, linearly: R blocks per
+ * block step, so they arrive from DRAM while this tile computes. GEMM tiles reuse weights
+ * from L2 across the token tiles of a chunk and skip it. */
+
 /* Q4_0: unsigned nibbles times signed activations with maddubs, minus 8 * sum(q8) per block
  * (computed once per token and block, shared by the R rows of the tile). The int16 pair sums
  * stay below 2 * 15 * 127, so maddubs never saturates. */
@@ -49,6 +53,7 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_0));
         __m256i nib[TILE_MAX];
         __m256 dw[TILE_MAX];
         for (int r = 0; r < R; r++) {
@@ -79,6 +84,7 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q8_0));
         __m256i wq[TILE_MAX], wabs[TILE_MAX];
         __m256 dw[TILE_MAX];
         for (int r = 0; r < R; r++) {
@@ -101,40 +107,9 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
         for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
-/* Tile shapes: decode (one token) streams MV_R rows at once so each activation block is
- * loaded once per MV_R rows; the GEMM keeps a GM_R x GM_C tile of accumulators so every
- * expanded weight block serves GM_C tokens. Tokens go in chunks of GM_TCHUNK so the chunk's
- * activations stay in L2 while all rows stream past them. */
-#define MV_R 4
-#define GM_R 2
-#define GM_C 4
-#define GM_TCHUNK 64
-
-/* The row/token driver shared by the Q4_0 and Q8_0 GEMMs (and their T == 1 matvecs). */
-#define DEFINE_QMATMUL(name, wtype, tile)                                                       \
-    void name(float *y, int ldy, const wtype *w, const block_q8_0 *xq, int N, int K, int T) {   \
-        const int nb = K / RLXC_QK;                                                             \
-        for (int t0 = 0; t0 < T; t0 += GM_TCHUNK) {                                             \
-            const int t1 = t0 + GM_TCHUNK < T ? t0 + GM_TCHUNK : T;                             \
-            int n = 0;                                                                          \
-            for (; n + GM_R <= N && t1 - t0 >= GM_C; n += GM_R) {                               \
-                int t = t0;                                                                     \
-                for (; t + GM_C <= t1; t += GM_C)                                               \
-                    tile(y + t * ldy + n, ldy, w + n * nb, xq + t * nb, nb, GM_R, GM_C);        \
-                for (; t < t1; t++) tile(y + t * ldy + n, ldy, w + n * nb, xq + t * nb, nb, GM_R, 1); \
-            }                                                                                   \
-            for (int t = t0; t < t1; t++) {                                                     \
-                int m = n;                                                                      \
-                for (; m + MV_R <= N; m += MV_R)                                                \
-                    tile(y + t * ldy + m, ldy, w + m * nb, xq + t * nb, nb, MV_R, 1);           \
-                for (; m < N; m++) tile(y + t * ldy + m, ldy, w + m * nb, xq + t * nb, nb, 1, 1); \
-            }                                                                                   \
-        }                                                                                       \
-    }
-
-DEFINE_QMATMUL(rlxc_matmul_q4_0_avx2, block_q4_0, q4_0_tile)
-DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile)
-
+/* Decode streams 4 rows per tile, the GEMM keeps 2 rows x 4 tokens of accumulators. */
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_avx2, block_q4_0, q4_0_tile, 4, 2, 4)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 4)
 void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
     rlxc_matmul_q4_0_avx2(y, N, w, xq, N, K, 1);
 }

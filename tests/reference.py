@@ -46,7 +46,7 @@ __all__ = [
     "quantize_q4_0", "dequantize_q4_0", "quantize_q8_0", "dequantize_q8_0", "roundtrip",
     "rope_inv_freq", "rope_cos_sin", "apply_rope",
     "weight_shapes", "random_weights",
-    "LayerCache", "ref_layer_forward", "ref_pipeline", "RefPipeline",
+    "LayerCache", "ref_layer_forward", "ref_pipeline", "ref_layers_isolated", "RefPipeline",
     "fields_of", "weights_of", "wtypes_of",
 ]
 
@@ -524,6 +524,27 @@ def ref_pipeline(layers: Sequence[Any], x: np.ndarray, ple: np.ndarray | None = 
     output stacked as [n_layers, T, hidden].
     """
     return RefPipeline(layers, quant_act, dtype).prefill(x, ple, layer_outputs)
+
+
+def ref_layers_isolated(layers: Sequence[Any], x: np.ndarray, layer_outputs: np.ndarray,
+                        ple: np.ndarray | None = None, quant_act: bool = True,
+                        dtype=np.float64) -> np.ndarray:
+    """Teacher-forced reference: layer i runs on the *given* output of layer i-1
+    (``layer_outputs[i-1]``, e.g. the engine's; layer 0 on ``x``), from position 0.
+
+    Returns [n_layers, T, hidden]. Each layer is then checked in isolation, so an error (or
+    a rounding difference) in one layer does not propagate into the next layers' comparison.
+    """
+    pipe = RefPipeline(layers, quant_act, dtype)
+    T = np.asarray(x).shape[0]
+    slices = pipe._ple_slices(ple, T)
+    out = []
+    for i, (f, w, wt) in enumerate(pipe.layers):
+        inp = x if i == 0 else layer_outputs[i - 1]
+        j = int(full_fields(f)["kv_shared_from"])
+        cache = pipe.caches[j] if j >= 0 else pipe.caches[i]
+        out.append(ref_layer_forward(f, w, inp, cache, 0, slices[i], wt, quant_act, dtype))
+    return np.stack(out)
 
 
 # ----------------------------------------------------------------------------- rlxc.Layer glue

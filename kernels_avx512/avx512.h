@@ -1,0 +1,13 @@
+/* AVX-512 kernels (F, BW, VL, DQ, VNNI). The table starts from the AVX2 one, so this
+ * directory only holds the kernels where 512-bit registers measurably win. */
+#ifndef RLXC_KERNELS_AVX512_H
+#define RLXC_KERNELS_AVX512_H
+
+#include "../kernels_avx2/avx2.h"
+
+void rlxc_matvec_q4_0_avx512(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q4_0_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q8_0_avx512(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q8_0_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+
+#endif
