@@ -12,7 +12,7 @@
 
 /* Register tiles are R x C with R, C <= TILE_MAX, compile-time constants after inlining;
  * fixed-size arrays (not VLAs) let gcc keep them in registers. */
-#define TILE_MAX 4
+#define TILE_MAX 8
 
 /* gcc contracts a*b followed by +/- into one FMA even across intrinsics (-ffp-contract=fast
  * is its default); this barrier pins a rounded product where bit-exactness depends on it. */

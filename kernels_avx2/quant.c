@@ -107,9 +107,10 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
         for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
-/* Decode streams 4 rows per tile, the GEMM keeps 2 rows x 4 tokens of accumulators. */
-RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_avx2, block_q4_0, q4_0_tile, 4, 2, 4)
-RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 4)
+/* Decode streams 4 rows per tile; the GEMM keeps 2 rows x 3 tokens of accumulators (16 ymm
+ * registers: 2 x 4 spills). */
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_avx2, block_q4_0, q4_0_tile, 4, 2, 3)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 3)
 void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
     rlxc_matmul_q4_0_avx2(y, N, w, xq, N, K, 1);
 }

@@ -32,14 +32,14 @@ tf = pytest.importorskip("transformers")
 rlxc = pytest.importorskip("rlxc")
 
 import reference as R  # noqa: E402
-from rlxc.compare import compare, errors, hf_trace  # noqa: E402
+from rlxc.report import compare, errors, hf_trace  # noqa: E402
 from rlxc.hf import from_hf, layer_fields, layer_weights, rope_fields  # noqa: E402
 
 F32_TOL = 1e-4        # (a) relative error, every hidden state and the logits
 W = 4                 # sliding window of the test models
 T = 16                # tokens per test sequence (4 x W)
 QT = 32               # tokens for the quantization statistics
-# (b) measured on the quantization test models below (seeds 0-2, 2 cores, AVX2), worst arch:
+# (b) measured on the quantization test models below (seeds 0-2, 2 cores), worst arch:
 # max rel err vs HF on the same dequantized weights 7.5e-2 (q8_0, gemma4_kv; the others <= 1.7e-2)
 # and 3.1e-2 (q4_0) -- the engine also rounds activations to Q8_0, which HF does not; mean KL vs
 # the float model 5.3e-3 (q8_0) / 1.5e-1 (q4_0, gemma4_kv; the others <= 2e-2); top-1 >= 0.94.

@@ -12,6 +12,9 @@ _rlxc._register_enums(NormType, FfnType, Activation, RopeLayout)
 _init_defaults()
 
 from . import ops  # noqa: E402
+from .hf import from_hf  # noqa: E402
+from .model import Model  # noqa: E402
+from .report import Report, compare  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -31,5 +34,5 @@ def get_isa() -> str:
     return _rlxc.get_isa()
 
 
-__all__ = ["Activation", "FfnType", "Layer", "NormType", "Pipeline", "RopeLayout", "cpu_info", "get_isa", "ops",
-           "set_isa", "__version__"]
+__all__ = ["Activation", "FfnType", "Layer", "Model", "NormType", "Pipeline", "Report", "RopeLayout", "compare",
+           "cpu_info", "from_hf", "get_isa", "ops", "set_isa", "__version__"]

@@ -1,7 +1,7 @@
 """Layer-by-layer comparison of an rlxc.Model with the transformers model it came from.
 
-    from rlxc.compare import compare
-    report = compare(hf_model, rlxc_model, input_ids, tol=1e-4)
+    import rlxc
+    report = rlxc.compare(hf_model, rlxc_model, input_ids, tol=1e-4)
     print(report)            # text table; in Jupyter the report renders as HTML
     report.ok, report.first_bad
 
