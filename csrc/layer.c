@@ -28,7 +28,7 @@ void rlxc_layer_init(rlxc_layer *l) {
 }
 
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s) {
-    free(l->w[s].data);
+    if (!l->w[s].borrowed) free(l->w[s].data);
     memset(&l->w[s], 0, sizeof l->w[s]);
 }
 
@@ -211,6 +211,18 @@ int rlxc_layer_set_weight_raw(rlxc_layer *l, rlxc_wslot s, const void *data, int
     void *dst = alloc_slot(l, s, rows, cols, type, err);
     if (!dst) return -1;
     memcpy(dst, data, (size_t)rows * rlxc_wtype_row_bytes(type, cols));
+    return 0;
+}
+
+int rlxc_layer_set_weight_view(rlxc_layer *l, rlxc_wslot s, const void *data, int rows, int cols, rlxc_wtype type,
+                               char *err) {
+    if (s < 0 || s >= RLXC_W_COUNT) {
+        snprintf(err, RLXC_ERRLEN, "unknown weight slot %d", (int)s);
+        return -1;
+    }
+    if (check_slot_shape(l, s, rows, cols, type, err)) return -1;
+    rlxc_layer_clear_weight(l, s);
+    l->w[s] = (rlxc_weight){.type = type, .rows = rows, .cols = cols, .data = (void *)data, .borrowed = 1};
     return 0;
 }
 

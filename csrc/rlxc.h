@@ -40,7 +40,8 @@ typedef enum {
 typedef struct {
     rlxc_wtype type;
     int rows, cols;  /* vectors: rows == 1 */
-    void *data;      /* owned by the layer; NULL = not set */
+    void *data;      /* NULL = not set */
+    int borrowed;    /* data belongs to the caller (e.g. a memory-mapped file) and is not freed */
 } rlxc_weight;
 
 /* The FullPipelineLayer: every per-layer parameter of a decoder layer. Adjacent layers may
@@ -102,6 +103,10 @@ int rlxc_layer_set_weight(rlxc_layer *l, rlxc_wslot s, const float *data, int ro
 /* Copy already-quantized GGUF bytes (rows * row_bytes) into a slot. */
 int rlxc_layer_set_weight_raw(rlxc_layer *l, rlxc_wslot s, const void *data, int rows, int cols,
                               rlxc_wtype type, char *err);
+/* Point a slot at caller-owned bytes (e.g. a memory-mapped GGUF tensor) without copying;
+ * the caller keeps them alive and unchanged while the layer uses them. */
+int rlxc_layer_set_weight_view(rlxc_layer *l, rlxc_wslot s, const void *data, int rows, int cols,
+                               rlxc_wtype type, char *err);
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s);
 size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols);
 const char *rlxc_wtype_name(rlxc_wtype t);

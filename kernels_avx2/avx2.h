@@ -10,9 +10,11 @@
 
 #define RLXC_INLINE static inline __attribute__((always_inline))
 
-/* Register tiles are R x C with R, C <= TILE_MAX, compile-time constants after inlining;
- * fixed-size arrays (not VLAs) let gcc keep them in registers. */
+/* Register tiles are R x C arrays with R, C <= TILE_MAX, compile-time constants after
+ * inlining. They stay in registers only if they are fixed-size (not VLAs) and every loop over
+ * R and C is fully unrolled, which gcc's size heuristics refuse for big loop bodies. */
 #define TILE_MAX 8
+#define RLXC_UNROLL _Pragma("GCC unroll 8")
 
 /* gcc contracts a*b followed by +/- into one FMA even across intrinsics (-ffp-contract=fast
  * is its default); this barrier pins a rounded product where bit-exactness depends on it. */

@@ -6,19 +6,19 @@
  * R rows. The K % 8 tail goes through a scalar loop after the horizontal sums. */
 RLXC_INLINE void f32_tile(float *y, int ldy, const float *w, const float *x, int K, const int R, const int C) {
     __m256 acc[TILE_MAX][TILE_MAX];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= K; k += 8) {
         __m256 xv[TILE_MAX];
-        for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);
-        for (int r = 0; r < R; r++) {
+        RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
             const __m256 wv = _mm256_loadu_ps(w + r * K + k);
-            for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) {
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
             float s = rlxc_hsum256(acc[r][t]);
             for (int j = k; j < K; j++) s += w[r * K + j] * x[t * K + j];
             y[t * ldy + r] = s;

@@ -50,29 +50,29 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
                            const int R, const int C) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TILE_MAX][TILE_MAX];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_0));
         __m256i nib[TILE_MAX];
         __m256 dw[TILE_MAX];
-        for (int r = 0; r < R; r++) {
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
             nib[r] = rlxc_q4_nibbles256(w[r * nb + b].qs);
             dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
         }
-        for (int t = 0; t < C; t++) {
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
             const block_q8_0 *xb = x + t * nb + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
             const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xq), ones);
             const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
-            for (int r = 0; r < R; r++) {
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(nib[r], xq), ones), x8);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
             }
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
 /* Q8_0: the sign trick (|w| unsigned times x carrying w's sign) keeps maddubs signed x signed;
@@ -81,30 +81,30 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
                            const int R, const int C) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TILE_MAX][TILE_MAX];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q8_0));
         __m256i wq[TILE_MAX], wabs[TILE_MAX];
         __m256 dw[TILE_MAX];
-        for (int r = 0; r < R; r++) {
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
             wq[r] = _mm256_loadu_si256((const __m256i *)w[r * nb + b].qs);
             wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);
             dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
         }
-        for (int t = 0; t < C; t++) {
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
             const block_q8_0 *xb = x + t * nb + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
             const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
-            for (int r = 0; r < R; r++) {
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const __m256i p = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(xq, wq[r]));
                 const __m256i dot = _mm256_madd_epi16(p, ones);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
             }
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
 /* Decode streams 4 rows per tile; the GEMM keeps 2 rows x 3 tokens of accumulators (16 ymm

@@ -118,7 +118,7 @@ bad=$("$OBJDUMP" -d "$OUT"/ext/*.o | awk '
     /\t(sdot|udot)\t/ && fn !~ /_dotprod>:$/ { bad[fn]++ }
     END { for (f in bad) print f }')
 [ -z "$bad" ] || fail "dotprod instructions outside the dotprod functions: $bad"
-ndot=$("$OBJDUMP" -d "$OUT"/ext/*.o | grep -cP '\t(sdot|udot)\t' || true)
+ndot=$("$OBJDUMP" -d "$OUT"/ext/*.o | grep -cE $'\t(sdot|udot)\t' || true)
 [ "$ndot" -gt 0 ] || fail "no dotprod instruction in the build at all"
 echo "baseline ISA: $ndot SDOT/UDOT, all inside *_dotprod functions"
 
@@ -161,7 +161,7 @@ run() {
     [ $status = 0 ] || fail "$label: test_kernels exited with $status"
     local nsdot
     nsdot=$(count_dot "$log")
-    echo "   SDOT/UDOT instructions executed: $nsdot"
+    echo "   SDOT/UDOT in the code qemu translated for this run: $nsdot"
     case $expect in
         dot) [ "$nsdot" -gt 0 ] || fail "$label: the dotprod table did not run" ;;
         nodot) [ "$nsdot" = 0 ] || fail "$label: dotprod instructions ran on the plain table" ;;

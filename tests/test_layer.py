@@ -1,7 +1,7 @@
 """Whole layers and stacks of them against the NumPy reference layer (tests/reference.py),
 over the field combinations that change the computation; prefill against decode."""
 
-import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -294,3 +294,22 @@ def test_inconsistent_layers_raise_at_run_time():
     b.kv_shared_from = 1
     with pytest.raises(ValueError, match="earlier layer"):
         pipe.prefill(np.zeros((1, 64), np.float32))
+
+
+def test_raw_and_view_weights_hold_the_exact_bytes_and_their_owner():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    b = rlxc.ops.quantize_q4_0(w)
+    copied, viewed = rlxc.Layer(), rlxc.Layer()
+    copied.set_weight_raw("q_proj", b, 64, "q4_0")
+    base = sys.getrefcount(b)
+    viewed.set_weight_view("q_proj", b, 64, "q4_0")
+    assert sys.getrefcount(b) == base + 1          # the layer keeps the owner alive
+    np.testing.assert_array_equal(viewed.weight_raw("q_proj"), b)
+    np.testing.assert_array_equal(copied.weight("q_proj"), rlxc.ops.dequantize_q4_0(b))
+    viewed.set_weight("q_proj", w)                 # replacing the slot releases the view
+    assert sys.getrefcount(b) == base
+    with pytest.raises(ValueError, match="bytes per row"):
+        viewed.set_weight_view("q_proj", b[:, :-1].copy(), 64, "q4_0")
+    with pytest.raises(TypeError, match="uint8"):
+        viewed.set_weight_view("q_proj", w, 64, "q4_0")

@@ -18,6 +18,7 @@ typedef struct {
     rlxc_layer layer;
     int busy; /* pipelines computing with this layer right now: fields and weights are frozen */
     PyObject *weakrefs;
+    PyObject *views[RLXC_W_COUNT]; /* owners of borrowed weight bytes (set_weight_view) */
 } LayerObject;
 
 extern PyTypeObject Layer_Type;

@@ -50,6 +50,9 @@ static const field_desc fields[] = {
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof *fields))
 
+/* The slot no longer borrows: release the owner of its old bytes. */
+static void drop_view(LayerObject *self, int s) { Py_CLEAR(self->views[s]); }
+
 static int layer_frozen(LayerObject *self) {
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "this Layer is in use by a running Pipeline; edit it between calls");
@@ -171,6 +174,7 @@ static int Layer_init(PyObject *o, PyObject *args, PyObject *kw) {
         return -1;
     }
     rlxc_layer_free(&self->layer); /* __init__ may run twice */
+    for (int s = 0; s < RLXC_W_COUNT; s++) drop_view(self, s);
     self->layer = l;
     return 0;
 }
@@ -179,6 +183,7 @@ static void Layer_dealloc(PyObject *o) {
     LayerObject *self = (LayerObject *)o;
     if (self->weakrefs) PyObject_ClearWeakRefs(o);
     rlxc_layer_free(&self->layer);
+    for (int s = 0; s < RLXC_W_COUNT; s++) drop_view(self, s);
     Py_TYPE(o)->tp_free(o);
 }
 
@@ -217,19 +222,12 @@ static PyObject *Layer_set_weight(PyObject *o, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
+    drop_view(self, s);
     Py_RETURN_NONE;
 }
 
-static PyObject *Layer_set_weight_raw(PyObject *o, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"name", "data", "cols", "dtype", NULL};
-    LayerObject *self = (LayerObject *)o;
-    PyObject *name, *arr;
-    int cols;
-    const char *dtype;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOis:set_weight_raw", kwlist, &name, &arr, &cols, &dtype)) return NULL;
-    const int s = slot_arg(name, "name");
-    const int t = s < 0 ? -1 : wtype_arg(dtype, "dtype");
-    if (t < 0 || layer_frozen(self)) return NULL;
+/* uint8 [rows, row_bytes] C-contiguous bytes of `cols` columns of `dtype`, checked. */
+static PyArrayObject *raw_arg(PyObject *arr, int cols, int t, const char *dtype) {
     if (!PyArray_Check(arr) || PyArray_TYPE((PyArrayObject *)arr) != NPY_UINT8 ||
         PyArray_NDIM((PyArrayObject *)arr) != 2 || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)arr)) {
         PyErr_SetString(PyExc_TypeError, "data must be a C-contiguous 2-D numpy.ndarray of uint8 [rows, row_bytes]");
@@ -241,19 +239,44 @@ static PyObject *Layer_set_weight_raw(PyObject *o, PyObject *args, PyObject *kw)
         return NULL;
     }
     const size_t rb = rlxc_wtype_row_bytes((rlxc_wtype)t, cols);
-    if ((size_t)PyArray_DIM(a, 1) != rb) {
-        PyErr_Format(PyExc_ValueError, "data has %zd bytes per row; %d columns of %s need %zu", (Py_ssize_t)PyArray_DIM(a, 1),
-                     cols, dtype, rb);
+    if ((size_t)PyArray_DIM(a, 1) != rb || PyArray_DIM(a, 0) > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "data has %zd bytes per row; %d columns of %s need %zu",
+                     (Py_ssize_t)PyArray_DIM(a, 1), cols, dtype, rb);
         return NULL;
     }
+    return a;
+}
+
+/* set_weight_raw copies the bytes; set_weight_view borrows them and keeps `data` alive. */
+static PyObject *set_raw(PyObject *o, PyObject *args, PyObject *kw, int view) {
+    static char *kwlist[] = {"name", "data", "cols", "dtype", NULL};
+    LayerObject *self = (LayerObject *)o;
+    PyObject *name, *arr;
+    int cols;
+    const char *dtype;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOis", kwlist, &name, &arr, &cols, &dtype)) return NULL;
+    const int s = slot_arg(name, "name");
+    const int t = s < 0 ? -1 : wtype_arg(dtype, "dtype");
+    if (t < 0 || layer_frozen(self)) return NULL;
+    PyArrayObject *a = raw_arg(arr, cols, t, dtype);
+    if (!a) return NULL;
     const int rows = (int)PyArray_DIM(a, 0);
     char err[RLXC_ERRLEN];
-    if (rlxc_layer_set_weight_raw(&self->layer, (rlxc_wslot)s, PyArray_DATA(a), rows, cols, (rlxc_wtype)t, err)) {
+    const int rc = view ? rlxc_layer_set_weight_view(&self->layer, (rlxc_wslot)s, PyArray_DATA(a), rows, cols,
+                                                     (rlxc_wtype)t, err)
+                        : rlxc_layer_set_weight_raw(&self->layer, (rlxc_wslot)s, PyArray_DATA(a), rows, cols,
+                                                    (rlxc_wtype)t, err);
+    if (rc) {
         PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
+    drop_view(self, s);
+    if (view) self->views[s] = Py_NewRef(arr);
     Py_RETURN_NONE;
 }
+
+static PyObject *Layer_set_weight_raw(PyObject *o, PyObject *args, PyObject *kw) { return set_raw(o, args, kw, 0); }
+static PyObject *Layer_set_weight_view(PyObject *o, PyObject *args, PyObject *kw) { return set_raw(o, args, kw, 1); }
 
 /* The weight as stored, or None if unset. raw: uint8 [rows, row_bytes]; else float32 (dequantized). */
 static PyObject *weight_out(LayerObject *self, PyObject *name, int raw) {
@@ -299,6 +322,7 @@ static PyObject *Layer_clear_weight(PyObject *o, PyObject *name) {
     const int s = slot_arg(name, "name");
     if (s < 0 || layer_frozen((LayerObject *)o)) return NULL;
     rlxc_layer_clear_weight(&((LayerObject *)o)->layer, (rlxc_wslot)s);
+    drop_view((LayerObject *)o, s);
     Py_RETURN_NONE;
 }
 
@@ -345,6 +369,9 @@ static PyMethodDef Layer_methods[] = {
      "('f32', 'q4_0', 'q8_0'; quantized types for matrices whose input width is a multiple of 32)."},
     {"set_weight_raw", (PyCFunction)(void (*)(void))Layer_set_weight_raw, METH_VARARGS | METH_KEYWORDS,
      "set_weight_raw(name, data, cols, dtype): copy stored bytes (uint8 [rows, row_bytes], GGUF block layout)."},
+    {"set_weight_view", (PyCFunction)(void (*)(void))Layer_set_weight_view, METH_VARARGS | METH_KEYWORDS,
+     "set_weight_view(name, data, cols, dtype): use stored bytes in place, without a copy (e.g. a memory-mapped "
+     "GGUF tensor); the layer keeps a reference to data."},
     {"weight", Layer_weight, METH_O, "weight(name) -> float32 ndarray (a dequantized copy) or None if unset."},
     {"weight_raw", Layer_weight_raw, METH_O, "weight_raw(name) -> uint8 [rows, row_bytes] copy of the stored bytes, or None."},
     {"weight_type", Layer_weight_type, METH_O, "weight_type(name) -> 'f32' | 'q4_0' | 'q8_0' or None if unset."},
