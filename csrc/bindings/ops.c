@@ -1,7 +1,7 @@
 /* rlxc.ops: kernels of the active table callable one by one on NumPy arrays, and the
  * GGUF block quantizers. Inputs are never modified; every op returns a new array. */
-#include <stdlib.h>
 #include "common.h"
+#include <stdlib.h>
 #include "kernels.h"
 
 #define KN rlxc_kernels_active()
