@@ -165,7 +165,7 @@ static void bench_isa(const char *isa) {
     const int N = 4096;
     mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), xq, malloc((size_t)N * 512 * sizeof(float)), N, K, 1};
     printf("%-10s %12s\n", "GEMM T", "GFLOP/s (N = K = 4096)");
-    const int Ts[] = {1, 32, 128, 512};
+    const int Ts[] = {1, 2, 4, 8, 16, 32, 128, 512};
     for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
         m.T = Ts[i];
         const double t = time_per_call(q4_matmul, &m);

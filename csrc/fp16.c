@@ -39,3 +39,12 @@ rlxc_fp16 rlxc_f32_to_fp16(float f) {
     uint32_t r = absu + 0xfffu + ((absu >> 13) & 1);
     return (rlxc_fp16)(sign | ((r - 0x38000000u) >> 13));
 }
+
+/* bfloat16 is the top half of a float: widening is exact. */
+float rlxc_bf16_to_f32(rlxc_bf16 h) { return bits_to_f32((uint32_t)h << 16); }
+
+rlxc_bf16 rlxc_f32_to_bf16(float f) {
+    uint32_t u = f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (rlxc_bf16)((u >> 16) | 0x40); /* quiet the NaN */
+    return (rlxc_bf16)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);                 /* nearest, ties even */
+}

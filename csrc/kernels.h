@@ -27,8 +27,69 @@ typedef struct {
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match the GGUF layout");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match the GGUF layout");
 
+#define RLXC_QK_K 256 /* weights per K-quant super-block (GGUF Q4_K / Q6_K, ggml's Q8_K) */
+
+typedef uint16_t rlxc_bf16; /* bfloat16: the top half of an IEEE float */
+
+/* GGUF Q5_0: x = d * (q - 16), q = 5 bits: the low 4 as in Q4_0 (element j in the low nibble
+ * of qs[j], j+16 in the high nibble), the fifth is bit j of the little-endian word qh. */
+typedef struct {
+    rlxc_fp16 d;
+    uint8_t qh[4];
+    uint8_t qs[RLXC_QK / 2];
+} block_q5_0;
+
+/* GGUF Q4_K: 8 sub-blocks of 32, x = d * sc[j] * q - dmin * m[j] with q = 4 bits and 6-bit
+ * sc[j], m[j] packed into `scales` (rlxc_q4_k_scales). Sub-blocks 2i and 2i+1 are the low and
+ * high nibbles of qs[32i .. 32i+32). */
+typedef struct {
+    rlxc_fp16 d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[RLXC_QK_K / 2];
+} block_q4_k;
+
+/* GGUF Q6_K: 16 sub-blocks of 16, x = d * scales[j] * (q - 32) with q = 6 bits: element
+ * 128h + 32k + l (h < 2, k < 4, l < 32) has its low 4 bits in ql[64h + 32(k&1) + l] (low
+ * nibble for k < 2, high for k >= 2) and its top 2 bits at bit 2k of qh[32h + l]. */
+typedef struct {
+    uint8_t ql[RLXC_QK_K / 2];
+    uint8_t qh[RLXC_QK_K / 4];
+    int8_t scales[RLXC_QK_K / 16];
+    rlxc_fp16 d;
+} block_q6_k;
+
+/* ggml's Q8_K, the activations of the K-quant dots: x = d * q, and bsums[j] is the sum of
+ * q[16j .. 16j+16), which turns the per-sub-block offsets of Q4_K / Q6_K into one product. */
+typedef struct {
+    float d;
+    int8_t qs[RLXC_QK_K];
+    int16_t bsums[RLXC_QK_K / 16];
+} block_q8_k;
+
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 must match the GGUF layout");
+_Static_assert(sizeof(block_q4_k) == 144, "block_q4_k must match the GGUF layout");
+_Static_assert(sizeof(block_q6_k) == 210, "block_q6_k must match the GGUF layout");
+_Static_assert(sizeof(block_q8_k) == 292, "block_q8_k must match ggml's layout");
+
+/* The 12 packed scale bytes of a Q4_K block -> out[0..8) = sc[j], out[8..16) = m[j]. Bytes 0-3
+ * hold sc[0..4) in their low 6 bits, bytes 4-7 m[0..4); for j >= 4 the low 4 bits of sc[j] and
+ * m[j] are the nibbles of byte 8 + j - 4 and their top 2 bits the top bits of bytes j - 4 (sc)
+ * and j (m). Done on 32-bit words: every mask keeps each byte's bits inside that byte. */
+static inline void rlxc_q4_k_scales(uint8_t out[16], const uint8_t s[12]) {
+    uint32_t w[3], o[4];
+    for (int i = 0; i < 3; i++) w[i] = (uint32_t)s[4 * i] | (uint32_t)s[4 * i + 1] << 8 |
+                                       (uint32_t)s[4 * i + 2] << 16 | (uint32_t)s[4 * i + 3] << 24;
+    o[0] = w[0] & 0x3f3f3f3fu;
+    o[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);
+    o[2] = w[1] & 0x3f3f3f3fu;
+    o[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+    for (int i = 0; i < 16; i++) out[i] = (uint8_t)(o[i / 4] >> (8 * (i % 4)));
+}
+
 float rlxc_fp16_to_f32(rlxc_fp16 h);
 rlxc_fp16 rlxc_f32_to_fp16(float f); /* round to nearest even, like numpy's astype(float16) */
+float rlxc_bf16_to_f32(rlxc_bf16 h);
+rlxc_bf16 rlxc_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (as ggml and gguf) */
 
 typedef struct rlxc_kernels {
     const char *isa;
@@ -42,6 +103,19 @@ typedef struct rlxc_kernels {
     void (*matvec_q8_0)(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
     void (*matmul_q8_0)(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
     void (*quantize_row_q8_0)(block_q8_0 *y, const float *x, int K); /* K % 32 == 0 */
+    /* GGUF weight types beyond Q4_0/Q8_0: Q5_0 takes Q8_0 activations, Q4_K and Q6_K take
+     * Q8_K rows of K/256 blocks, F16 and BF16 take the float activations. */
+    void (*matvec_q5_0)(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
+    void (*matmul_q5_0)(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
+    void (*matvec_q4_k)(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
+    void (*matmul_q4_k)(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
+    void (*matvec_q6_k)(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
+    void (*matmul_q6_k)(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
+    void (*matvec_f16)(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
+    void (*matmul_f16)(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
+    void (*matvec_bf16)(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
+    void (*matmul_bf16)(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
+    void (*quantize_row_q8_k)(block_q8_k *y, const float *x, int K); /* K % 256 == 0 */
 
     /* y = x / rms(x) * (w_offset + w); w == NULL means no weight (v-norm). */
     void (*rmsnorm)(float *y, const float *x, const float *w, float w_offset, float eps, int n);
@@ -74,6 +148,14 @@ void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K);
 void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K);
 void rlxc_dequantize_row_q4_0(float *y, const block_q4_0 *x, int K);
 void rlxc_dequantize_row_q8_0(float *y, const block_q8_0 *x, int K);
+/* The other GGUF types (kernels_wtypes.c): dequantizers bit-exact with gguf.quants.dequantize,
+ * and ggml's reference Q8_K activation quantizer (quantize_row_q8_K_ref). */
+void rlxc_dequantize_row_q5_0(float *y, const block_q5_0 *x, int K);
+void rlxc_dequantize_row_q4_k(float *y, const block_q4_k *x, int K);
+void rlxc_dequantize_row_q6_k(float *y, const block_q6_k *x, int K);
+void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K);
+void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K);
+void rlxc_quantize_row_q8_k(block_q8_k *y, const float *x, int K);
 
 /* ISA tables, present only where the build compiled them (NULL otherwise). */
 const rlxc_kernels *rlxc_kernels_avx2(void);

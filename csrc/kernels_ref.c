@@ -202,6 +202,7 @@ const rlxc_kernels rlxc_kernels_scalar = {
     .matvec_q8_0 = rlxc_matvec_q8_0_scalar,
     .matmul_q8_0 = rlxc_matmul_q8_0_scalar,
     .quantize_row_q8_0 = rlxc_quantize_row_q8_0,
+    RLXC_SCALAR_WTYPE_KERNELS,
     .rmsnorm = rlxc_rmsnorm_scalar,
     .layernorm = rlxc_layernorm_scalar,
     .rope = rlxc_rope_scalar,

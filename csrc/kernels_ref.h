@@ -23,4 +23,25 @@ void rlxc_add_scalar(float *y, const float *a, int n);
 void rlxc_scale_scalar(float *y, float s, int n);
 void rlxc_softcap_scalar(float *y, float cap, int n);
 
+/* The other GGUF weight types (kernels_wtypes.c). */
+void rlxc_matvec_q5_0_scalar(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q5_0_scalar(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q4_k_scalar(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q4_k_scalar(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
+void rlxc_matvec_q6_k_scalar(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q6_k_scalar(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
+void rlxc_matvec_f16_scalar(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
+void rlxc_matmul_f16_scalar(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
+void rlxc_matvec_bf16_scalar(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
+void rlxc_matmul_bf16_scalar(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
+
+/* Their table entries, for the scalar table and for ISA tables without their own versions. */
+#define RLXC_SCALAR_WTYPE_KERNELS                                                                 \
+    .matvec_q5_0 = rlxc_matvec_q5_0_scalar, .matmul_q5_0 = rlxc_matmul_q5_0_scalar,               \
+    .matvec_q4_k = rlxc_matvec_q4_k_scalar, .matmul_q4_k = rlxc_matmul_q4_k_scalar,               \
+    .matvec_q6_k = rlxc_matvec_q6_k_scalar, .matmul_q6_k = rlxc_matmul_q6_k_scalar,               \
+    .matvec_f16 = rlxc_matvec_f16_scalar, .matmul_f16 = rlxc_matmul_f16_scalar,                   \
+    .matvec_bf16 = rlxc_matvec_bf16_scalar, .matmul_bf16 = rlxc_matmul_bf16_scalar,               \
+    .quantize_row_q8_k = rlxc_quantize_row_q8_k
+
 #endif

@@ -122,22 +122,78 @@ int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s) {
     }
 }
 
+/* Every weight type: name, weights per block, bytes per block. */
+static const struct {
+    rlxc_wtype type;
+    const char *name;
+    int block;
+    size_t bytes;
+} wtypes[] = {
+    {RLXC_F32, "f32", 1, sizeof(float)},
+    {RLXC_F16, "f16", 1, sizeof(rlxc_fp16)},
+    {RLXC_BF16, "bf16", 1, sizeof(rlxc_bf16)},
+    {RLXC_Q4_0, "q4_0", RLXC_QK, sizeof(block_q4_0)},
+    {RLXC_Q5_0, "q5_0", RLXC_QK, sizeof(block_q5_0)},
+    {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0)},
+    {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k)},
+    {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k)},
+};
+#define N_WTYPES ((int)(sizeof wtypes / sizeof *wtypes))
+
+static int wtype_index(rlxc_wtype t) {
+    for (int i = 0; i < N_WTYPES; i++)
+        if (wtypes[i].type == t) return i;
+    return -1;
+}
+
 const char *rlxc_wtype_name(rlxc_wtype t) {
-    switch (t) {
-    case RLXC_F32: return "f32";
-    case RLXC_Q4_0: return "q4_0";
-    case RLXC_Q8_0: return "q8_0";
-    }
-    return "?";
+    const int i = wtype_index(t);
+    return i < 0 ? "?" : wtypes[i].name;
+}
+
+int rlxc_wtype_from_name(const char *name) {
+    for (int i = 0; i < N_WTYPES; i++)
+        if (!strcmp(name, wtypes[i].name)) return (int)wtypes[i].type;
+    return -1;
+}
+
+int rlxc_wtype_block_size(rlxc_wtype t) {
+    const int i = wtype_index(t);
+    return i < 0 ? 0 : wtypes[i].block;
 }
 
 size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols) {
+    const int i = wtype_index(t);
+    return i < 0 ? 0 : (size_t)(cols / wtypes[i].block) * wtypes[i].bytes;
+}
+
+/* The types rlxc makes from floats; Q5_0 and the K-quants need ggml's search for scales. */
+static int makes_from_floats(rlxc_wtype t) {
+    return t == RLXC_F32 || t == RLXC_F16 || t == RLXC_BF16 || t == RLXC_Q4_0 || t == RLXC_Q8_0;
+}
+
+int rlxc_quantize_row(rlxc_wtype t, void *y, const float *x, int K) {
     switch (t) {
-    case RLXC_F32: return (size_t)cols * sizeof(float);
-    case RLXC_Q4_0: return (size_t)(cols / RLXC_QK) * sizeof(block_q4_0);
-    case RLXC_Q8_0: return (size_t)(cols / RLXC_QK) * sizeof(block_q8_0);
+    case RLXC_F32: memcpy(y, x, (size_t)K * sizeof(float)); return 0;
+    case RLXC_F16: for (int k = 0; k < K; k++) ((rlxc_fp16 *)y)[k] = rlxc_f32_to_fp16(x[k]); return 0;
+    case RLXC_BF16: for (int k = 0; k < K; k++) ((rlxc_bf16 *)y)[k] = rlxc_f32_to_bf16(x[k]); return 0;
+    case RLXC_Q4_0: rlxc_quantize_row_q4_0(y, x, K); return 0;
+    case RLXC_Q8_0: rlxc_quantize_row_q8_0(y, x, K); return 0;
+    default: return -1;
     }
-    return 0;
+}
+
+void rlxc_dequantize_row(rlxc_wtype t, float *y, const void *x, int K) {
+    switch (t) {
+    case RLXC_F32: memcpy(y, x, (size_t)K * sizeof(float)); break;
+    case RLXC_F16: rlxc_dequantize_row_f16(y, x, K); break;
+    case RLXC_BF16: rlxc_dequantize_row_bf16(y, x, K); break;
+    case RLXC_Q4_0: rlxc_dequantize_row_q4_0(y, x, K); break;
+    case RLXC_Q5_0: rlxc_dequantize_row_q5_0(y, x, K); break;
+    case RLXC_Q8_0: rlxc_dequantize_row_q8_0(y, x, K); break;
+    case RLXC_Q4_K: rlxc_dequantize_row_q4_k(y, x, K); break;
+    case RLXC_Q6_K: rlxc_dequantize_row_q6_k(y, x, K); break;
+    }
 }
 
 static int check_slot_shape(const rlxc_layer *l, rlxc_wslot s, int rows, int cols, rlxc_wtype type, char *err) {
@@ -152,7 +208,8 @@ static int check_slot_shape(const rlxc_layer *l, rlxc_wslot s, int rows, int col
                      slot_names[s], er, ec, rows, cols);
         return -1;
     }
-    if (type != RLXC_F32 && type != RLXC_Q4_0 && type != RLXC_Q8_0) {
+    const int block = rlxc_wtype_block_size(type);
+    if (!block) {
         snprintf(err, RLXC_ERRLEN, "weight '%s': unknown weight type %d", slot_names[s], (int)type);
         return -1;
     }
@@ -161,9 +218,10 @@ static int check_slot_shape(const rlxc_layer *l, rlxc_wslot s, int rows, int col
                  slot_names[s], rlxc_wtype_name(type));
         return -1;
     }
-    if (type != RLXC_F32 && cols % RLXC_QK) {
-        snprintf(err, RLXC_ERRLEN, "weight '%s' has %d columns, not a multiple of %d, so it cannot be %s",
-                 slot_names[s], cols, RLXC_QK, rlxc_wtype_name(type));
+    if (cols % block) {
+        snprintf(err, RLXC_ERRLEN, "weight '%s' has %d columns, not a multiple of %d, so it cannot be %s%s",
+                 slot_names[s], cols, block, rlxc_wtype_name(type),
+                 block == RLXC_QK_K ? " (K-quant rows are whole super-blocks of 256 weights)" : "");
         return -1;
     }
     return 0;
@@ -188,16 +246,15 @@ int rlxc_layer_set_weight(rlxc_layer *l, rlxc_wslot s, const float *data, int ro
         return -1;
     }
     if (check_slot_shape(l, s, rows, cols, type, err)) return -1;
+    if (!makes_from_floats(type)) {
+        snprintf(err, RLXC_ERRLEN, "weight '%s': rlxc cannot quantize floats to %s; set %s weights from their GGUF "
+                 "bytes (set_weight_raw / set_weight_view)", slot_names[s], rlxc_wtype_name(type), rlxc_wtype_name(type));
+        return -1;
+    }
     void *dst = alloc_slot(l, s, rows, cols, type, err);
     if (!dst) return -1;
     const size_t rb = rlxc_wtype_row_bytes(type, cols);
-    for (int r = 0; r < rows; r++) {
-        const float *src = data + (size_t)r * cols;
-        void *row = (char *)dst + (size_t)r * rb;
-        if (type == RLXC_F32) memcpy(row, src, rb);
-        else if (type == RLXC_Q4_0) rlxc_quantize_row_q4_0(row, src, cols);
-        else rlxc_quantize_row_q8_0(row, src, cols);
-    }
+    for (int r = 0; r < rows; r++) rlxc_quantize_row(type, (char *)dst + (size_t)r * rb, data + (size_t)r * cols, cols);
     return 0;
 }
 

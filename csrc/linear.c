@@ -6,39 +6,69 @@
 #include "kernels.h"
 #include "rlxc.h"
 
-/* Rows [n0, n1) of y = x W^T; x already quantized to xq for quantized weights. */
-static void linear_rows(float *y, const rlxc_weight *w, const float *x, const block_q8_0 *xq, int T, int n0,
-                        int n1) {
+/* The activation format a weight type's integer dots take. */
+typedef enum { ACT_FLOAT, ACT_Q8_0, ACT_Q8_K } act_format;
+
+static act_format act_format_of(rlxc_wtype t) {
+    switch (t) {
+    case RLXC_Q4_0: case RLXC_Q5_0: case RLXC_Q8_0: return ACT_Q8_0;
+    case RLXC_Q4_K: case RLXC_Q6_K: return ACT_Q8_K;
+    default: return ACT_FLOAT;
+    }
+}
+
+/* Bytes of one token's quantized activations. */
+static size_t act_row_bytes(act_format f, int K) {
+    switch (f) {
+    case ACT_Q8_0: return (size_t)(K / RLXC_QK) * sizeof(block_q8_0);
+    case ACT_Q8_K: return (size_t)(K / RLXC_QK_K) * sizeof(block_q8_k);
+    default: return 0;
+    }
+}
+
+size_t rlxc_linear_scratch_bytes(int cols) {
+    const size_t a = act_row_bytes(ACT_Q8_0, cols), b = act_row_bytes(ACT_Q8_K, cols);
+    return a > b ? a : b;
+}
+
+/* Rows [n0, n1) of y = x W^T; xa is x itself for float activations, else x quantized. */
+static void linear_rows(float *y, const rlxc_weight *w, const void *xa, int T, int n0, int n1) {
     const rlxc_kernels *kn = rlxc_kernels_active();
     const int N = w->rows, K = w->cols, n = n1 - n0;
     if (n <= 0) return;
     float *yo = y + n0;
     const void *wo = (const char *)w->data + (size_t)n0 * rlxc_wtype_row_bytes(w->type, K);
+#define MAT(kind)                                            \
+    if (T == 1) kn->matvec_##kind(yo, wo, xa, n, K);         \
+    else kn->matmul_##kind(yo, N, wo, xa, n, K, T);          \
+    break
     switch (w->type) {
-    case RLXC_F32:
-        if (T == 1) kn->matvec_f32(yo, wo, x, n, K);
-        else kn->matmul_f32(yo, N, wo, x, n, K, T);
-        break;
-    case RLXC_Q4_0:
-        if (T == 1) kn->matvec_q4_0(yo, wo, xq, n, K);
-        else kn->matmul_q4_0(yo, N, wo, xq, n, K, T);
-        break;
-    case RLXC_Q8_0:
-        if (T == 1) kn->matvec_q8_0(yo, wo, xq, n, K);
-        else kn->matmul_q8_0(yo, N, wo, xq, n, K, T);
-        break;
+    case RLXC_F32: MAT(f32);
+    case RLXC_F16: MAT(f16);
+    case RLXC_BF16: MAT(bf16);
+    case RLXC_Q4_0: MAT(q4_0);
+    case RLXC_Q5_0: MAT(q5_0);
+    case RLXC_Q8_0: MAT(q8_0);
+    case RLXC_Q4_K: MAT(q4_k);
+    case RLXC_Q6_K: MAT(q6_k);
     }
+#undef MAT
 }
 
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *xq_scratch) {
-    block_q8_0 *xq = xq_scratch;
     const rlxc_kernels *kn = rlxc_kernels_active();
-    const int N = w->rows, K = w->cols, nb = K / RLXC_QK;
-    if (w->type != RLXC_F32)
-        for (int t = 0; t < T; t++) kn->quantize_row_q8_0(xq + (size_t)t * nb, x + (size_t)t * K, K);
+    const int N = w->rows, K = w->cols;
+    const act_format f = act_format_of(w->type);
+    const size_t xrow = act_row_bytes(f, K);
+    for (int t = 0; t < T && f != ACT_FLOAT; t++) {
+        void *xq = (char *)xq_scratch + (size_t)t * xrow;
+        if (f == ACT_Q8_0) kn->quantize_row_q8_0(xq, x + (size_t)t * K, K);
+        else kn->quantize_row_q8_k(xq, x + (size_t)t * K, K);
+    }
+    const void *xa = f == ACT_FLOAT ? (const void *)x : xq_scratch;
     const int nth = rlxc_threads_usable(n_threads < N ? n_threads : 1);
     if (nth == 1) {
-        linear_rows(y, w, x, xq, T, 0, N);
+        linear_rows(y, w, xa, T, 0, N);
         return;
     }
 #pragma omp parallel num_threads(nth)
@@ -52,7 +82,6 @@ void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_th
         const int chunk = ((N + nt - 1) / nt + 15) / 16 * 16;
         const int n0 = ith * chunk < N ? ith * chunk : N;
         const int n1 = n0 + chunk < N ? n0 + chunk : N;
-        linear_rows(y, w, x, xq, T, n0, n1);
+        linear_rows(y, w, xa, T, n0, n1);
     }
 }
-

@@ -23,9 +23,9 @@ struct rlxc_pipeline {
     kv_cache *kv;
 
     /* Scratch grown by prefill only, so decode never allocates. */
-    size_t cap_floats, cap_xq;
+    size_t cap_floats, cap_xq; /* cap_xq in bytes: quantized activations (rlxc_linear) */
     float *xa, *q, *k, *v, *att, *o, *f1, *f2, *cs;
-    block_q8_0 *xq;
+    void *xq;
     float *scores; /* n_threads * max_seq */
     int scores_threads;
 };
@@ -152,7 +152,7 @@ static int validate(const rlxc_pipeline *p, char *err) {
 
 /* Grow scratch to hold T tokens of the largest layer. */
 static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
-    size_t per_tok = 0, xq_blocks = 0;
+    size_t per_tok = 0, xq_bytes = 0;
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
         const size_t H = l->hidden_size, Q = (size_t)l->num_q_heads * l->head_dim;
@@ -162,14 +162,14 @@ static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
         if (n > per_tok) per_tok = n;
         size_t in = H > Q ? H : Q;
         in = in > F ? in : F;
-        if (in / RLXC_QK + 1 > xq_blocks) xq_blocks = in / RLXC_QK + 1;
+        if (rlxc_linear_scratch_bytes((int)in) > xq_bytes) xq_bytes = rlxc_linear_scratch_bytes((int)in);
     }
-    const size_t need = per_tok * (size_t)T, need_xq = xq_blocks * (size_t)T;
+    const size_t need = per_tok * (size_t)T, need_xq = xq_bytes * (size_t)T;
     if (need > p->cap_floats || need_xq > p->cap_xq) {
         free(p->xa);
         free(p->xq);
         p->xa = malloc(need * sizeof(float));
-        p->xq = malloc(need_xq * sizeof(block_q8_0));
+        p->xq = malloc(need_xq ? need_xq : 1);
         if (!p->xa || !p->xq) {
             p->cap_floats = p->cap_xq = 0;
             FAIL("out of memory for scratch of %d tokens", T);

@@ -16,7 +16,10 @@ typedef enum { RLXC_SILU = 0, RLXC_GELU_TANH = 1 } rlxc_activation;
  * exponent over head_dim. */
 typedef enum { RLXC_ROPE_PREFIX = 0, RLXC_ROPE_PROPORTIONAL = 1 } rlxc_rope_layout;
 /* Values are ggml's type ids, so GGUF tensors map without a table. */
-typedef enum { RLXC_F32 = 0, RLXC_Q4_0 = 2, RLXC_Q8_0 = 8 } rlxc_wtype;
+typedef enum {
+    RLXC_F32 = 0, RLXC_F16 = 1, RLXC_Q4_0 = 2, RLXC_Q5_0 = 6, RLXC_Q8_0 = 8, RLXC_Q4_K = 12, RLXC_Q6_K = 14,
+    RLXC_BF16 = 30
+} rlxc_wtype;
 
 /* Weight slots of one layer. Matrices are [out][in] (y = W x), as in HF's nn.Linear. */
 typedef enum {
@@ -96,8 +99,8 @@ void rlxc_wslot_shape(const rlxc_layer *l, rlxc_wslot s, int *rows, int *cols);
 /* Whether the layer's current fields use this slot. */
 int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s);
 
-/* Copy float weights into a slot, quantizing to `type` (matrices only for Q4_0/Q8_0).
- * Shape-checked against the current fields. */
+/* Copy float weights into a slot, converting to `type` (f32; for matrices also f16, bf16,
+ * q4_0, q8_0: the types rlxc_quantize_row makes). Shape-checked against the current fields. */
 int rlxc_layer_set_weight(rlxc_layer *l, rlxc_wslot s, const float *data, int rows, int cols,
                           rlxc_wtype type, char *err);
 /* Copy already-quantized GGUF bytes (rows * row_bytes) into a slot. */
@@ -108,17 +111,28 @@ int rlxc_layer_set_weight_raw(rlxc_layer *l, rlxc_wslot s, const void *data, int
 int rlxc_layer_set_weight_view(rlxc_layer *l, rlxc_wslot s, const void *data, int rows, int cols,
                                rlxc_wtype type, char *err);
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s);
-size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols);
-const char *rlxc_wtype_name(rlxc_wtype t);
+size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols);   /* cols: a multiple of the block size */
+const char *rlxc_wtype_name(rlxc_wtype t);             /* "f32", "q4_k", ...; "?" if unknown */
+int rlxc_wtype_from_name(const char *name);            /* -1 if unknown */
+int rlxc_wtype_block_size(rlxc_wtype t);               /* weights per block: 1, 32, 256; 0 if unknown */
+/* One row of K floats -> `type`: 0, or -1 for types rlxc does not make (q5_0 and the K-quants
+ * arrive already quantized, as GGUF bytes). */
+int rlxc_quantize_row(rlxc_wtype t, void *y, const float *x, int K);
+/* One row of any type -> K floats (bit-exact with gguf.quants.dequantize). */
+void rlxc_dequantize_row(rlxc_wtype t, float *y, const void *x, int K);
 
 /* Field ranges and cross-field consistency only. */
 int rlxc_layer_check_fields(const rlxc_layer *l, char *err);
 /* Fields plus weight presence and shapes; 0 if the layer can run. */
 int rlxc_layer_check(const rlxc_layer *l, char *err);
 
-/* y[T][w->rows] = x[T][w->cols] W^T with rows split over n_threads. xq_scratch holds
- * T * cols/32 Q8_0 blocks (34 bytes each) for quantized weights; unused for f32. */
+/* y[T][w->rows] = x[T][w->cols] W^T with rows split over n_threads. Quantized weights take
+ * x quantized once per call into xq_scratch: Q8_0 blocks for q4_0 / q5_0 / q8_0, Q8_K blocks
+ * for q4_k / q6_k; it holds T * rlxc_linear_scratch_bytes(cols) bytes (unused for f32 / f16 /
+ * bf16). */
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *xq_scratch);
+/* Bytes of xq_scratch one token of `cols` inputs needs, for any weight type. */
+size_t rlxc_linear_scratch_bytes(int cols);
 /* cos and sin (times rope_attn_factor) of each of the layer's rotary_dim/2 pairs at pos. */
 void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cos_out, float *sin_out);
 

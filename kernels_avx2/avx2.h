@@ -51,38 +51,56 @@ RLXC_INLINE __m256i rlxc_q4_nibbles256(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
+/* The 12 packed scale bytes of a Q4_K block -> sc[0..8) in bytes 0-7, m[0..8) in bytes 8-15:
+ * the four 32-bit words of rlxc_q4_k_scales (kernels.h) in one register. Reads 16 bytes: the
+ * last 4 are the block's first quants and drop out. */
+RLXC_INLINE __m128i rlxc_q4_k_scales128(const uint8_t *s) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)s); /* words w0 w1 w2 - */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
+
 /* Row/token driver of a quantized GEMM (and its T == 1 matvec) around a register tile
  * tile(y, ldy, w, xq, nb, R, C). Decode uses MV_R x 1 tiles; the GEMM GM_R x GM_C tiles,
  * over chunks of RLXC_TCHUNK tokens so that a chunk's activations stay in L2 while every
  * row streams past them. Leftover rows and tokens take 1-row / 1-token tiles. */
 #define RLXC_TCHUNK 64
-#define RLXC_DEFINE_QMATMUL(name, wtype, tile, MV_R, GM_R, GM_C)                                       \
-    void name(float *y, int ldy, const wtype *w, const block_q8_0 *xq, int N, int K, int T) {         \
-        const int nb = K / RLXC_QK;                                                                   \
-        for (int t0 = 0; t0 < T; t0 += RLXC_TCHUNK) {                                                 \
-            const int t1 = t0 + RLXC_TCHUNK < T ? t0 + RLXC_TCHUNK : T;                               \
-            int n = 0;                                                                                \
-            for (; t1 - t0 >= (GM_C) && n + (GM_R) <= N; n += (GM_R)) {                               \
-                int t = t0;                                                                           \
-                for (; t + (GM_C) <= t1; t += (GM_C))                                                 \
+#define RLXC_DEFINE_QMATMUL(name, wtype, tile, MV_R, GM_R, GM_C) \
+    RLXC_DEFINE_MATMUL(name, wtype, block_q8_0, RLXC_QK, tile, MV_R, GM_R, GM_C)
+/* The same for any activation type xtype of qk weights per block (Q8_K: 256; float: 1). */
+#define RLXC_DEFINE_MATMUL(name, wtype, xtype, qk, tile, MV_R, GM_R, GM_C)                                     \
+    void name(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, int T) {                       \
+        const int nb = K / (qk);                                                                               \
+        for (int t0 = 0; t0 < T; t0 += RLXC_TCHUNK) {                                                          \
+            const int t1 = t0 + RLXC_TCHUNK < T ? t0 + RLXC_TCHUNK : T;                                        \
+            int n = 0;                                                                                         \
+            for (; t1 - t0 >= (GM_C) && n + (GM_R) <= N; n += (GM_R)) {                                        \
+                int t = t0;                                                                                    \
+                for (; t + (GM_C) <= t1; t += (GM_C))                                                          \
                     tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, GM_C); \
-                for (; t < t1; t++)                                                                   \
-                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, 1); \
-            }                                                                                         \
-            for (int t = t0; t < t1; t++) {                                                           \
-                int m = n;                                                                            \
-                for (; m + (MV_R) <= N; m += (MV_R))                                                  \
-                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, MV_R, 1); \
-                for (; m < N; m++)                                                                    \
-                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, 1, 1); \
-            }                                                                                         \
-        }                                                                                             \
+                for (; t < t1; t++)                                                                            \
+                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, 1);  \
+            }                                                                                                  \
+            for (int t = t0; t < t1; t++) {                                                                    \
+                int m = n;                                                                                     \
+                for (; m + (MV_R) <= N; m += (MV_R))                                                           \
+                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, MV_R, 1);  \
+                for (; m < N; m++)                                                                               \
+                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, 1, 1);     \
+            }                                                                                                  \
+        }                                                                                                      \
     }
 
 void rlxc_matvec_f32_avx2(float *y, const float *w, const float *x, int N, int K);
 void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
 void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q4_0_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
+/* One row per register: decode and small T (quant.c); rlxc_matmul_q4_0_avx2 (gemm.c) uses it
+ * below 4 tokens. */
+void rlxc_matmul_q4_0_rows_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q8_0_avx2(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q8_0_avx2(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K);
@@ -97,5 +115,27 @@ void rlxc_mul_avx2(float *y, const float *a, const float *b, int n);
 void rlxc_add_avx2(float *y, const float *a, int n);
 void rlxc_scale_avx2(float *y, float s, int n);
 void rlxc_softcap_avx2(float *y, float cap, int n);
+
+/* The other GGUF weight types (wtypes.c). */
+void rlxc_matvec_q5_0_avx2(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q5_0_avx2(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q4_k_avx2(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q4_k_avx2(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
+void rlxc_matvec_q6_k_avx2(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q6_k_avx2(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
+void rlxc_matvec_f16_avx2(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
+void rlxc_matmul_f16_avx2(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
+void rlxc_matvec_bf16_avx2(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
+void rlxc_matmul_bf16_avx2(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
+
+/* Their table entries, shared by the AVX2 and AVX-512 tables. Q8_K activation quantization is
+ * the scalar reference's: a row costs K operations against the matvec's N * K. */
+#define RLXC_AVX2_WTYPE_KERNELS                                                                   \
+    .matvec_q5_0 = rlxc_matvec_q5_0_avx2, .matmul_q5_0 = rlxc_matmul_q5_0_avx2,                   \
+    .matvec_q4_k = rlxc_matvec_q4_k_avx2, .matmul_q4_k = rlxc_matmul_q4_k_avx2,                   \
+    .matvec_q6_k = rlxc_matvec_q6_k_avx2, .matmul_q6_k = rlxc_matmul_q6_k_avx2,                   \
+    .matvec_f16 = rlxc_matvec_f16_avx2, .matmul_f16 = rlxc_matmul_f16_avx2,                       \
+    .matvec_bf16 = rlxc_matvec_bf16_avx2, .matmul_bf16 = rlxc_matmul_bf16_avx2,                   \
+    .quantize_row_q8_k = rlxc_quantize_row_q8_k
 
 #endif

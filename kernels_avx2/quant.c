@@ -108,11 +108,12 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
 }
 
 /* Decode streams 4 rows per tile; the GEMM keeps 2 rows x 3 tokens of accumulators (16 ymm
- * registers: 2 x 4 spills). */
-RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_avx2, block_q4_0, q4_0_tile, 4, 2, 3)
+ * registers: 2 x 4 spills). For Q4_0 with many tokens gemm.c's interleaved GEMM takes over. */
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_rows_avx2, block_q4_0, q4_0_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 3)
+
 void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
-    rlxc_matmul_q4_0_avx2(y, N, w, xq, N, K, 1);
+    rlxc_matmul_q4_0_rows_avx2(y, N, w, xq, N, K, 1);
 }
 
 void rlxc_matvec_q8_0_avx2(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {

@@ -1,4 +1,5 @@
-/* The AVX2 kernel table: every kernel has an AVX2 implementation. */
+/* The AVX2 kernel table: every kernel has an AVX2 implementation but Q8_K activation
+ * quantization (see RLXC_AVX2_WTYPE_KERNELS). */
 #include "avx2.h"
 
 static const rlxc_kernels table = {
@@ -10,6 +11,7 @@ static const rlxc_kernels table = {
     .matvec_q8_0 = rlxc_matvec_q8_0_avx2,
     .matmul_q8_0 = rlxc_matmul_q8_0_avx2,
     .quantize_row_q8_0 = rlxc_quantize_row_q8_0_avx2,
+    RLXC_AVX2_WTYPE_KERNELS,
     .rmsnorm = rlxc_rmsnorm_avx2,
     .layernorm = rlxc_layernorm_avx2,
     .rope = rlxc_rope_avx2,

@@ -1,22 +1,26 @@
-/* AVX-512 VNNI quantized GEMM/matvec: Q4_0 and Q8_0 weights times Q8_0 activations, two
- * blocks per 512-bit register. vpdpbusd multiplies unsigned bytes by signed bytes, so the
- * weights are made unsigned (Q4_0: the raw nibbles 0..15; Q8_0: w + 128 by flipping the
- * sign bit) and the bias this adds, bias * sum(x) per 4-byte group, is subtracted by
- * starting each dot's accumulator at -bias * sum(x): computed once per token and block pair
- * and shared by all R rows of a tile. */
+/* AVX-512 VNNI quantized matvec (and GEMM for few tokens): Q4_0 and Q8_0 weights times Q8_0
+ * activations, one row and two blocks per 512-bit register. vpdpbusd multiplies unsigned
+ * bytes by signed bytes, so the weights are made unsigned (Q4_0: the raw nibbles; Q8_0:
+ * w + 128 by flipping the sign bit) and the offset this adds, offset * sum(x) per 4-byte
+ * group, is removed by starting each dot's accumulator at -offset * sum(x): computed once
+ * per token and block pair and shared by all R rows of a tile. The kernel is ALU-bound in
+ * cache (~10 vector ops per row and block pair), so every op saved counts. */
 #include "avx512.h"
 
 /* The two blocks b, b + 1 of a pair; with n == 1 (odd K / 32 tail) the second block reads
  * as zero and contributes exactly nothing. Lane order matches the activations: block b in
  * the low 256 bits, elements in order. */
 
+/* A 32-bit pattern per 128-bit lane: lo in the lanes of Q4_0 low nibbles, hi in the others. */
+#define Q4_LANES(lo, hi) _mm512_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi, lo, lo, lo, lo, hi, hi, hi, hi)
+
 RLXC_INLINE __m512i q4_0_pair(const block_q4_0 *w, const int n) {
-    /* 128-bit lanes [qs_b, qs_b, qs_b+1, qs_b+1]; odd lanes shift right by 4: high nibbles */
+    /* 128-bit lanes [qs_b, qs_b, qs_b+1, qs_b+1], masked to low, high, low, high nibbles; the
+     * high nibbles stay in place, 16 times their value, which act_pair's scales undo */
     __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w[0].qs));
     q = n == 2 ? _mm512_mask_broadcast_i32x4(q, 0xFF00, _mm_loadu_si128((const __m128i *)w[1].qs))
                : _mm512_maskz_mov_epi32(0x00FF, q);
-    q = _mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-    return _mm512_and_si512(q, _mm512_set1_epi8(0x0F));
+    return _mm512_and_si512(q, Q4_LANES(0x0F0F0F0F, (int)0xF0F0F0F0));
 }
 
 RLXC_INLINE __m512i q8_0_pair(const block_q8_0 *w, const int n) {
@@ -38,65 +42,69 @@ RLXC_INLINE __m512 pair_scales(const void *blocks, const int stride_words, const
 /* Activation side of one block pair for one token. */
 typedef struct {
     __m512i q;     /* 64 signed bytes */
-    __m512i bias;  /* -weight_bias * sum of each 4-byte group */
-    __m512 d;      /* 8 x d_b, 8 x d_b+1 */
+    __m512i bias;  /* -(weight offset) * (sum of each 4-byte group) */
+    __m512 d;      /* 8 x d_b, 8 x d_b+1, times the weights' per-lane correction */
 } act_pair;
 
-RLXC_INLINE act_pair load_act_pair(const block_q8_0 *x, const char weight_bias, const int n) {
+/* wbias: per byte, the weights' offset (8 or 16 * 8 for Q4_0's low / in-place high nibbles,
+ * 128 for Q8_0); dscale: per lane, what the scales must undo (1 / 16 on high nibbles). */
+RLXC_INLINE act_pair load_act_pair(const block_q8_0 *x, __m512i wbias, __m512 dscale, const int n) {
     act_pair a;
     const __m256i lo = _mm256_loadu_si256((const __m256i *)x[0].qs);
     a.q = n == 2 ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)x[1].qs), 1)
                  : _mm512_zextsi256_si512(lo);
-    a.bias = _mm512_sub_epi32(_mm512_setzero_si512(),
-                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(weight_bias), a.q));
-    a.d = pair_scales(x, sizeof(block_q8_0) / 2, n);
+    a.bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), wbias, a.q));
+    a.d = _mm512_mul_ps(pair_scales(x, sizeof(block_q8_0) / 2, n), dscale);
     return a;
 }
 
 /* One R x C register tile over nb blocks: y[t * ldy + r]. Matvec tiles (C == 1) prefetch
  * the next R rows while they compute (see rlxc_prefetch). */
-#define DEFINE_TILE(name, wtype, wpair, weight_bias)                                                \
-    RLXC_INLINE void name##_step(__m512 acc[TILE_MAX][TILE_MAX], const wtype *w, const block_q8_0 *x,   \
-                                 int nb, int b, const int n, const int R, const int C) {               \
-        __m512i q[TILE_MAX];                                                                        \
-        __m512 dw[TILE_MAX];                                                                        \
-        RLXC_UNROLL for (int r = 0; r < R; r++) {                                                               \
-            q[r] = wpair(w + r * nb + b, n);                                                        \
-            dw[r] = pair_scales(w + r * nb + b, sizeof(wtype) / 2, n);                              \
-        }                                                                                           \
-        RLXC_UNROLL for (int t = 0; t < C; t++) {                                                               \
-            const act_pair a = load_act_pair(x + t * nb + b, weight_bias, n);                       \
-            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                           \
-                const __m512i dot = _mm512_dpbusd_epi32(a.bias, q[r], a.q);                         \
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], a.d), acc[r][t]); \
-            }                                                                                       \
-        }                                                                                           \
-    }                                                                                               \
-    RLXC_INLINE void name(float *y, int ldy, const wtype *w, const block_q8_0 *x, int nb, const int R, \
-                          const int C) {                                                            \
-        __m512 acc[TILE_MAX][TILE_MAX];                                                             \
-        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                 \
-            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();                            \
-        int b = 0;                                                                                  \
-        for (; b + 2 <= nb; b += 2) {                                                               \
-            if (C == 1) rlxc_prefetch(w + R * nb + R * b, 2 * R * sizeof(wtype));                   \
-            name##_step(acc, w, x, nb, b, 2, R, C);                                                 \
-        }                                                                                           \
-        if (b < nb) name##_step(acc, w, x, nb, b, 1, R, C);                                         \
-        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                 \
+#define DEFINE_TILE(name, wtype, wpair, wbias, dscale)                                                           \
+    RLXC_INLINE void name##_step(__m512 acc[TILE_MAX][TILE_MAX], const wtype *w, const block_q8_0 *x,          \
+                                 int nb, int b, const int n, const int R, const int C) {                       \
+        __m512i q[TILE_MAX];                                                                                   \
+        __m512 dw[TILE_MAX];                                                                                   \
+        RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
+            q[r] = wpair(w + r * nb + b, n);                                                                   \
+            dw[r] = pair_scales(w + r * nb + b, sizeof(wtype) / 2, n);                                         \
+        }                                                                                                      \
+        RLXC_UNROLL for (int t = 0; t < C; t++) {                                                              \
+            const act_pair a = load_act_pair(x + t * nb + b, wbias, dscale, n);                                \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                          \
+                const __m512i dot = _mm512_dpbusd_epi32(a.bias, q[r], a.q);                                    \
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], a.d), acc[r][t]);    \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    RLXC_INLINE void name(float *y, int ldy, const wtype *w, const block_q8_0 *x, int nb, const int R,         \
+                          const int C) {                                                                       \
+        __m512 acc[TILE_MAX][TILE_MAX];                                                                        \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();                           \
+        int b = 0;                                                                                             \
+        for (; b + 2 <= nb; b += 2) {                                                                          \
+            if (C == 1) rlxc_prefetch(w + R * nb + R * b, 2 * R * sizeof(wtype));                              \
+            name##_step(acc, w, x, nb, b, 2, R, C);                                                            \
+        }                                                                                                      \
+        if (b < nb) name##_step(acc, w, x, nb, b, 1, R, C);                                                    \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                \
             RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);          \
     }
 
-DEFINE_TILE(q4_0_tile, block_q4_0, q4_0_pair, 8)
-DEFINE_TILE(q8_0_tile, block_q8_0, q8_0_pair, (char)0x80)
+DEFINE_TILE(q4_0_tile, block_q4_0, q4_0_pair, Q4_LANES(0x08080808, (int)0x80808080),
+            _mm512_castsi512_ps(Q4_LANES(0x3f800000 /* 1.0f */, 0x3d800000 /* 1 / 16.0f */)))
+DEFINE_TILE(q8_0_tile, block_q8_0, q8_0_pair, _mm512_set1_epi8((char)0x80), _mm512_set1_ps(1.0f))
 
-RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_avx512, block_q4_0, q4_0_tile, 4, 4, 4)
-RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx512, block_q8_0, q8_0_tile, 4, 4, 4)
+/* Matvec (8 rows per tile: measured ~5% over 4 in cache), and GEMMs with too few tokens to
+ * pay for gemm.c's interleaved copy (4 rows x 4 tokens). */
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_pairs_avx512, block_q4_0, q4_0_tile, 8, 4, 4)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_pairs_avx512, block_q8_0, q8_0_tile, 8, 4, 4)
 
 void rlxc_matvec_q4_0_avx512(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
-    rlxc_matmul_q4_0_avx512(y, N, w, xq, N, K, 1);
+    rlxc_matmul_q4_0_pairs_avx512(y, N, w, xq, N, K, 1);
 }
 
 void rlxc_matvec_q8_0_avx512(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {
-    rlxc_matmul_q8_0_avx512(y, N, w, xq, N, K, 1);
+    rlxc_matmul_q8_0_pairs_avx512(y, N, w, xq, N, K, 1);
 }

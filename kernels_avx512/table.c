@@ -11,6 +11,7 @@ static const rlxc_kernels table = {
     .matvec_q8_0 = rlxc_matvec_q8_0_avx512,
     .matmul_q8_0 = rlxc_matmul_q8_0_avx512,
     .quantize_row_q8_0 = rlxc_quantize_row_q8_0_avx2,
+    RLXC_AVX512_WTYPE_KERNELS,
     .rmsnorm = rlxc_rmsnorm_avx2,
     .layernorm = rlxc_layernorm_avx2,
     .rope = rlxc_rope_avx2,

@@ -7,6 +7,7 @@
 #include <sys/auxv.h>
 #endif
 
+#include "../csrc/kernels_ref.h"
 #include "neon.h"
 
 #ifndef HWCAP_ASIMDDP
@@ -24,6 +25,7 @@
         .matvec_q8_0 = rlxc_matvec_q8_0_##q,            \
         .matmul_q8_0 = rlxc_matmul_q8_0_##q,            \
         .quantize_row_q8_0 = rlxc_quantize_row_q8_0_neon, \
+        RLXC_SCALAR_WTYPE_KERNELS, /* no NEON versions yet */ \
         .rmsnorm = rlxc_rmsnorm_neon,                   \
         .layernorm = rlxc_layernorm_neon,               \
         .rope = rlxc_rope_neon,                         \

@@ -39,7 +39,7 @@ compile() { # dir-tag flags files...
 }
 
 # The reference is compiled without FMA contraction, as setup.py does.
-compile ref "-ffp-contract=off" csrc/kernels_ref.c csrc/fp16.c
+compile ref "-ffp-contract=off" csrc/kernels_ref.c csrc/kernels_wtypes.c csrc/fp16.c
 compile ref "" csrc/dispatch.c
 case $($CC -dumpmachine) in
     x86_64*)

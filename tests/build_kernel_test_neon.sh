@@ -125,7 +125,7 @@ echo "baseline ISA: $ndot SDOT/UDOT, all inside *_dotprod functions"
 # ---- 4. the kernel test under qemu ----
 # Linked from the extension's own objects: the reference, fp16 and dispatch with setup.py's
 # COMMON flags (-ffp-contract=off), the kernel directories with theirs.
-objs=("$OUT"/ext/csrc_kernels_ref.o "$OUT"/ext/csrc_fp16.o "$OUT"/ext/csrc_dispatch.o)
+objs=("$OUT"/ext/csrc_kernels_ref.o "$OUT"/ext/csrc_kernels_wtypes.o "$OUT"/ext/csrc_fp16.o "$OUT"/ext/csrc_dispatch.o)
 for d in "${!ARM_FLAGS[@]}"; do objs+=("$OUT/ext/${d}"_*.o); done
 # Objects, not an archive: dispatch.c's weak table getters would keep the linker from
 # pulling the NEON table out of a .a.

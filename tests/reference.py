@@ -187,6 +187,37 @@ def _q8_activations(x: np.ndarray) -> np.ndarray:
     return roundtrip(x2, "q8_0").reshape(shape).astype(x.dtype)
 
 
+def quantize_q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's quantize_row_q8_K_ref in float32 NumPy, the activations of the K-quant dots:
+    rows [T, K] (K % 256 == 0) -> (d [T, K//256] float32, q [T, K//256, 256] int8). Per block
+    the value of largest magnitude (the first on ties) maps to -127; q = round-half-even."""
+    x = np.asarray(x, dtype=np.float32).reshape(x.shape[0], -1, 256)
+    big = np.take_along_axis(x, np.abs(x).argmax(-1)[..., None], -1)          # [T, nb, 1]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(big == 0, np.float32(0), np.float32(-127) / big).astype(np.float32)
+    q = np.minimum(np.rint(iscale * x), 127).astype(np.int8)
+    with np.errstate(divide="ignore"):
+        d = np.where(iscale == 0, np.float32(0), np.float32(1) / iscale).astype(np.float32)
+    return d[..., 0], q
+
+
+def _q8k_activations(x: np.ndarray) -> np.ndarray:
+    """Round activation rows to Q8_K (what the engine feeds q4_k / q6_k matmuls), same dtype."""
+    shape = x.shape
+    d, q = quantize_q8_k(np.asarray(x, dtype=np.float32).reshape(-1, shape[-1]))
+    return (d[..., None] * q.astype(np.float32)).reshape(shape).astype(x.dtype)
+
+
+def round_activations(x: np.ndarray, wtype: str) -> np.ndarray:
+    """The activations a matrix of ``wtype`` multiplies: Q8_0 for q4_0 / q5_0 / q8_0, Q8_K for
+    q4_k / q6_k, unchanged for float types."""
+    if wtype in ("q4_0", "q5_0", "q8_0"):
+        return _q8_activations(x)
+    if wtype in ("q4_k", "q6_k"):
+        return _q8k_activations(x)
+    return x
+
+
 # ----------------------------------------------------------------------------- RoPE
 
 def rope_inv_freq(f: Mapping[str, Any], freq_factors: np.ndarray | None = None) -> np.ndarray:
@@ -337,9 +368,10 @@ def ref_layer_forward(fields: Mapping[str, Any], weights: Mapping[str, np.ndarra
     appended. For a layer with ``kv_shared_from = j >= 0`` pass layer j's cache instead: it is
     only read (it must already hold positions ``0 .. pos0+T-1``).
     ``ple``: [T, ple_dim], this layer's slice of the per-layer input (required iff ple_dim > 0).
-    ``wtypes``: slot -> "f32" | "q4_0" | "q8_0"; for quantized slots the activation entering
-    the matrix is rounded to Q8_0 blocks when ``quant_act`` (the weights themselves are taken
-    as given, i.e. pass already dequantized values).
+    ``wtypes``: slot -> weight type ("f32", "q4_0", "q4_k", ...); for integer-dot slots the
+    activation entering the matrix is rounded as the engine does (round_activations) when
+    ``quant_act`` (the weights themselves are taken as given, i.e. pass already dequantized
+    values).
     Returns the layer output [T, hidden] in ``dtype``.
     """
     f = full_fields(fields)
@@ -355,8 +387,8 @@ def ref_layer_forward(fields: Mapping[str, Any], weights: Mapping[str, np.ndarra
     act = _act(f["activation"])
 
     def lin(name: str, inp: np.ndarray, bias: bool) -> np.ndarray:
-        if quant_act and wt.get(name, "f32") != "f32":
-            inp = _q8_activations(inp)
+        if quant_act:
+            inp = round_activations(inp, wt.get(name, "f32"))
         y = inp @ W[name].T
         if bias:
             y = y + W[name + ".bias"]

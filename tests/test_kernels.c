@@ -4,12 +4,13 @@
  *
  * RLXC_TEST_SEED=n in the environment changes the random data (default: a fixed seed).
  *
- * Tolerances. quantize_row_q8_0 must be bit-identical. Everything else is compared per
- * output element as |got - ref| / S <= 1e-5, where S is the sum of the magnitudes of the
- * terms that make up that element, so a summation order differing from the reference's
- * is never penalised for cancellation:
- *   f32 / Q4_0 / Q8_0 dots: S = sum_k |w_k * x_k| (dequantized values; the integer block dots
- *     are exact, only the float accumulation order may differ);
+ * Tolerances. quantize_row_q8_0 and quantize_row_q8_k must be bit-identical. Everything else
+ * is compared per output element as |got - ref| / S <= 1e-5, where S is the sum of the
+ * magnitudes of the terms that make up that element, so a summation order differing from
+ * the reference's is never penalised for cancellation:
+ *   matvec / matmul of every weight type: S = sum_k |w_k| |x_k| over the dequantized weights
+ *     and activations (the integer block dots are exact, only the float accumulation order
+ *     may differ); for Q4_K |w_k| is |d sc q| + |dmin m|, its two terms;
  *   rope: |x1 cos| + |x2 sin|; layernorm: (|x| + mean(|x|)) / std * |w| + |b|; gelu: |x| (the
  *     two terms 0.5x and 0.5x tanh(u)); attention: sum_j p_j |v_j|; the rest: |ref|.
  *   The norms may in addition differ by the reference's own rounding error (test_norms).
@@ -20,6 +21,7 @@
  * Portable C: the ISA-specific code is reached only through the kernel tables. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,166 +113,189 @@ static void check_guards(result *r, float *p, int n, int s0, int s1, int s2) {
 
 static void free_guarded(float *p) { free(p - GUARD); }
 
-/* ---- quantized data ---- */
+/* ---- matrix kernels: every weight type ---- */
+
+enum { ACT_F32, ACT_Q8_0, ACT_Q8_K }; /* what a weight type's kernels take as activations */
+enum { W_F32, W_Q4_0, W_Q8_0, W_Q5_0, W_Q4_K, W_Q6_K, W_F16, W_BF16, N_WKINDS };
+
+static const struct {
+    const char *matvec, *matmul;
+    int qk;          /* weights per block; 1 for plain floats */
+    size_t bytes;    /* bytes per block */
+    int act;
+    int scale_at[2]; /* byte offsets of the fp16 scales (-1: none), kept finite in random data */
+} wkinds[N_WKINDS] = {
+    [W_F32] = {"matvec_f32", "matmul_f32", 1, sizeof(float), ACT_F32, {-1, -1}},
+    [W_Q4_0] = {"matvec_q4_0", "matmul_q4_0", RLXC_QK, sizeof(block_q4_0), ACT_Q8_0, {0, -1}},
+    [W_Q8_0] = {"matvec_q8_0", "matmul_q8_0", RLXC_QK, sizeof(block_q8_0), ACT_Q8_0, {0, -1}},
+    [W_Q5_0] = {"matvec_q5_0", "matmul_q5_0", RLXC_QK, sizeof(block_q5_0), ACT_Q8_0, {0, -1}},
+    [W_Q4_K] = {"matvec_q4_k", "matmul_q4_k", RLXC_QK_K, sizeof(block_q4_k), ACT_Q8_K, {0, 2}},
+    [W_Q6_K] = {"matvec_q6_k", "matmul_q6_k", RLXC_QK_K, sizeof(block_q6_k), ACT_Q8_K, {offsetof(block_q6_k, d), -1}},
+    [W_F16] = {"matvec_f16", "matmul_f16", 1, sizeof(rlxc_fp16), ACT_F32, {-1, -1}},
+    [W_BF16] = {"matvec_bf16", "matmul_bf16", 1, sizeof(rlxc_bf16), ACT_F32, {-1, -1}},
+};
 
 static rlxc_fp16 random_scale(void) {
     const float m = rng_uniform(1e-3f, 1.0f);
     return rlxc_f32_to_fp16(rng_u64() & 1 ? m : -m);
 }
 
-/* Raw random blocks: every nibble and every int8 (including -128) occurs. */
-static void random_q4_0(block_q4_0 *w, int n) {
-    for (int i = 0; i < n; i++) {
-        w[i].d = random_scale();
-        for (int j = 0; j < RLXC_QK / 2; j++) w[i].qs[j] = (uint8_t)rng_u64();
-    }
-}
-
-static void random_q8_0(block_q8_0 *w, int n) {
-    for (int i = 0; i < n; i++) {
-        w[i].d = random_scale();
-        for (int j = 0; j < RLXC_QK; j++) w[i].qs[j] = (int8_t)rng_u64();
-    }
-}
-
-/* Activations as the engine makes them: floats quantized by the reference quantizer. Block
- * magnitudes vary, and every fifth block is zero (d = 0). */
-static void random_activations(block_q8_0 *xq, int T, int K) {
-    float *x = xmalloc((size_t)K * sizeof(float));
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < K / RLXC_QK; b++) {
-            const float m = (b % 5 == 4) ? 0.0f : powf(10.0f, rng_uniform(-2.0f, 2.0f));
-            fill(x + b * RLXC_QK, RLXC_QK, -m, m);
+/* Quantized blocks are raw random bytes (every nibble, every int8 including -128, every
+ * packed scale occurs) with finite block scales; float types are uniform in [-1, 1). */
+static void random_weights(int kind, void *w, size_t n_blocks) {
+    uint8_t *p = w;
+    for (size_t i = 0; i < n_blocks; i++, p += wkinds[kind].bytes) {
+        const float f = rng_uniform(-1, 1);
+        const rlxc_fp16 h = rlxc_f32_to_fp16(f);
+        const rlxc_bf16 bh = rlxc_f32_to_bf16(f);
+        switch (kind) {
+        case W_F32: memcpy(p, &f, sizeof f); break;
+        case W_F16: memcpy(p, &h, sizeof h); break;
+        case W_BF16: memcpy(p, &bh, sizeof bh); break;
+        default:
+            for (size_t j = 0; j < wkinds[kind].bytes; j++) p[j] = (uint8_t)rng_u64();
+            for (int j = 0; j < 2; j++)
+                if (wkinds[kind].scale_at[j] >= 0) {
+                    const rlxc_fp16 d = random_scale();
+                    memcpy(p + wkinds[kind].scale_at[j], &d, sizeof d);
+                }
         }
-        rlxc_quantize_row_q8_0(xq + (size_t)t * (K / RLXC_QK), x, K);
+    }
+}
+
+static void dequantize_row(int kind, float *y, const void *w, int K) {
+    switch (kind) {
+    case W_F32: memcpy(y, w, (size_t)K * sizeof(float)); break;
+    case W_Q4_0: rlxc_dequantize_row_q4_0(y, w, K); break;
+    case W_Q8_0: rlxc_dequantize_row_q8_0(y, w, K); break;
+    case W_Q5_0: rlxc_dequantize_row_q5_0(y, w, K); break;
+    case W_Q4_K: rlxc_dequantize_row_q4_k(y, w, K); break;
+    case W_Q6_K: rlxc_dequantize_row_q6_k(y, w, K); break;
+    case W_F16: rlxc_dequantize_row_f16(y, w, K); break;
+    case W_BF16: rlxc_dequantize_row_bf16(y, w, K); break;
+    }
+}
+
+/* |term| of each weight of a row. Q4_K weights are d * sc * q - dmin * m, two terms that can
+ * cancel: their magnitudes add (dequantizing copies with dmin = 0 and with d = 0). */
+static void weight_terms(int kind, float *wabs, const void *row, int K) {
+    dequantize_row(kind, wabs, row, K);
+    if (kind == W_Q4_K) {
+        const size_t bytes = (size_t)K / RLXC_QK_K * sizeof(block_q4_k);
+        block_q4_k *c = xmalloc(bytes);
+        float *part = xmalloc((size_t)K * sizeof(float));
+        memcpy(c, row, bytes);
+        for (int b = 0; b < K / RLXC_QK_K; b++) c[b].dmin = 0;
+        dequantize_row(kind, wabs, c, K);
+        memcpy(c, row, bytes);
+        for (int b = 0; b < K / RLXC_QK_K; b++) c[b].d = 0;
+        dequantize_row(kind, part, c, K);
+        for (int i = 0; i < K; i++) wabs[i] = fabsf(wabs[i]) + fabsf(part[i]);
+        free(c), free(part);
+    }
+    for (int i = 0; i < K; i++) wabs[i] = fabsf(wabs[i]);
+}
+
+/* T activation rows in the format the kernels take, and their dequantized values. Block
+ * magnitudes vary, and every fifth 32-block is zero. */
+static void *random_activations(int act, float *xd, int T, int K) {
+    float *x = xmalloc((size_t)T * K * sizeof(float));
+    for (int i = 0; i < T * K; i += RLXC_QK) {
+        const int n = T * K - i < RLXC_QK ? T * K - i : RLXC_QK;
+        const float m = (i / RLXC_QK % 5 == 4) ? 0.0f : powf(10.0f, rng_uniform(-2.0f, 2.0f));
+        fill(x + i, n, -m, m);
+    }
+    if (act == ACT_F32) {
+        memcpy(xd, x, (size_t)T * K * sizeof(float));
+        return x;
+    }
+    void *q;
+    if (act == ACT_Q8_0) {
+        block_q8_0 *b = q = xmalloc((size_t)T * K / RLXC_QK * sizeof(block_q8_0));
+        rlxc_quantize_row_q8_0(b, x, T * K);
+        rlxc_dequantize_row_q8_0(xd, b, T * K);
+    } else {
+        block_q8_k *b = q = xmalloc((size_t)T * K / RLXC_QK_K * sizeof(block_q8_k));
+        rlxc_quantize_row_q8_k(b, x, T * K);
+        for (int i = 0; i < T * K; i++) xd[i] = b[i / RLXC_QK_K].d * b[i / RLXC_QK_K].qs[i % RLXC_QK_K];
     }
     free(x);
+    return q;
 }
 
-/* ---- matrix kernels ---- */
+/* y (ldy) = W x through table k's matvec (T == 1 only) or matmul. */
+static void call_mat(const rlxc_kernels *k, int kind, int matmul, float *y, int ldy, const void *w, const void *x,
+                     int N, int K, int T) {
+#define CALL(sfx)                                                             \
+    if (matmul) k->matmul_##sfx(y, ldy, w, x, N, K, T);                       \
+    else k->matvec_##sfx(y, w, x, N, K);                                      \
+    break;
+    switch (kind) {
+    case W_F32: CALL(f32)
+    case W_Q4_0: CALL(q4_0)
+    case W_Q8_0: CALL(q8_0)
+    case W_Q5_0: CALL(q5_0)
+    case W_Q4_K: CALL(q4_k)
+    case W_Q6_K: CALL(q6_k)
+    case W_F16: CALL(f16)
+    case W_BF16: CALL(bf16)
+    }
+#undef CALL
+}
 
-static const int mat_N[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 67};
-static const int mat_T[] = {1, 2, 3, 4, 7, 32, 65, 130};
-static const int q_nb[] = {1, 2, 3, 5, 8, 9, 33};            /* K / 32: odd and even counts */
-static const int f_K[] = {1, 3, 8, 9, 16, 31, 33, 100, 257};
-#define LEN(a) ((int)(sizeof(a) / sizeof *(a)))
-
-/* S for every (t, n) of a quantized GEMM: sum_k |w_k x_k| over the dequantized values. */
-static void quant_scales(float *scale, const float *wabs_d, const block_q8_0 *xq, const int8_t *wq, int N, int K,
-                         int T, int ldy) {
-    const int nb = K / RLXC_QK;
+static void mat_case(result *rv, result *rm, const rlxc_kernels *k, int kind, int N, int K, int T) {
+    const int ldy = N + 3, ny = T * ldy;
+    const size_t row_blocks = (size_t)K / wkinds[kind].qk;
+    void *w = xmalloc((size_t)N * row_blocks * wkinds[kind].bytes);
+    float *wabs = xmalloc((size_t)N * K * sizeof(float)), *xd = xmalloc((size_t)T * K * sizeof(float));
+    random_weights(kind, w, (size_t)N * row_blocks);
+    void *x = random_activations(wkinds[kind].act, xd, T, K);
+    for (int n = 0; n < N; n++) weight_terms(kind, wabs + (size_t)n * K, (const uint8_t *)w + n * row_blocks * wkinds[kind].bytes, K);
+    float *ref = guarded(ny), *got = guarded(ny), *scale = xmalloc((size_t)ny * sizeof(float));
+    for (int i = 0; i < ny; i++) scale[i] = 1.0f;
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) {
             double s = 0.0;
-            for (int b = 0; b < nb; b++) {
-                const block_q8_0 *xb = xq + (size_t)t * nb + b;
-                int sa = 0;
-                for (int j = 0; j < RLXC_QK; j++) sa += abs(wq[((size_t)n * nb + b) * RLXC_QK + j] * xb->qs[j]);
-                s += (double)sa * wabs_d[(size_t)n * nb + b] * fabsf(rlxc_fp16_to_f32(xb->d));
-            }
+            for (int j = 0; j < K; j++) s += (double)wabs[(size_t)n * K + j] * fabsf(xd[(size_t)t * K + j]);
             scale[t * ldy + n] = (float)s;
         }
-}
 
-/* Runs one quantized matvec/matmul case: `is_q4` picks the weight type. */
-static void quant_case(result *rv, result *rm, const rlxc_kernels *k, int is_q4, int N, int nb, int T) {
-    const int K = nb * RLXC_QK, ldy = N + 3;
-    const size_t nw = (size_t)N * nb;
-    void *w = xmalloc(nw * (is_q4 ? sizeof(block_q4_0) : sizeof(block_q8_0)));
-    block_q8_0 *xq = xmalloc((size_t)T * nb * sizeof(block_q8_0));
-    int8_t *wq = xmalloc(nw * RLXC_QK);
-    float *wd = xmalloc(nw * sizeof(float));
-    if (is_q4) random_q4_0(w, (int)nw);
-    else random_q8_0(w, (int)nw);
-    random_activations(xq, T, K);
-    for (size_t i = 0; i < nw; i++) { /* integer weights and |d| for S */
-        if (is_q4) {
-            const block_q4_0 *b = (const block_q4_0 *)w + i;
-            for (int j = 0; j < RLXC_QK / 2; j++) {
-                wq[i * RLXC_QK + j] = (int8_t)((b->qs[j] & 0x0f) - 8);
-                wq[i * RLXC_QK + j + RLXC_QK / 2] = (int8_t)((b->qs[j] >> 4) - 8);
-            }
-            wd[i] = fabsf(rlxc_fp16_to_f32(b->d));
-        } else {
-            const block_q8_0 *b = (const block_q8_0 *)w + i;
-            memcpy(wq + i * RLXC_QK, b->qs, RLXC_QK);
-            wd[i] = fabsf(rlxc_fp16_to_f32(b->d));
-        }
-    }
-    const int ny = T * ldy;
-    float *ref = guarded(ny), *got = guarded(ny), *scale = xmalloc((size_t)ny * sizeof(float));
-    for (int i = 0; i < ny; i++) scale[i] = 1.0f;
-    quant_scales(scale, wd, xq, wq, N, K, T, ldy);
-
-    if (is_q4) rlxc_kernels_scalar.matmul_q4_0(ref, ldy, w, xq, N, K, T);
-    else rlxc_kernels_scalar.matmul_q8_0(ref, ldy, w, xq, N, K, T);
-    if (is_q4) k->matmul_q4_0(got, ldy, w, xq, N, K, T);
-    else k->matmul_q8_0(got, ldy, w, xq, N, K, T);
+    call_mat(&rlxc_kernels_scalar, kind, 1, ref, ldy, w, x, N, K, T);
+    call_mat(k, kind, 1, got, ldy, w, x, N, K, T);
     rm->cases++;
     compare(rm, got, ref, scale, ny, N, K, T);
     check_guards(rm, got, ny, N, K, T);
-
     if (T == 1) {
         for (int i = 0; i < ny; i++) got[i] = SENTINEL;
-        if (is_q4) k->matvec_q4_0(got, w, xq, N, K);
-        else k->matvec_q8_0(got, w, xq, N, K);
+        call_mat(k, kind, 0, got, ldy, w, x, N, K, T);
         rv->cases++;
         compare(rv, got, ref, scale, N, N, K, T);
         check_guards(rv, got, N, N, K, T);
     }
     free_guarded(ref);
     free_guarded(got);
-    free(scale), free(w), free(xq), free(wq), free(wd);
+    free(scale), free(w), free(x), free(wabs), free(xd);
 }
 
-static void test_quant_mat(result *out, const rlxc_kernels *k) {
-    result *q4v = out, *q4m = out + 1, *q8v = out + 2, *q8m = out + 3;
-    q4v->name = "matvec_q4_0", q4m->name = "matmul_q4_0", q8v->name = "matvec_q8_0", q8m->name = "matmul_q8_0";
-    for (int a = 0; a < LEN(mat_N); a++)
-        for (int b = 0; b < LEN(q_nb); b++)
-            for (int c = 0; c < LEN(mat_T); c++) {
-                quant_case(q4v, q4m, k, 1, mat_N[a], q_nb[b], mat_T[c]);
-                quant_case(q8v, q8m, k, 0, mat_N[a], q_nb[b], mat_T[c]);
-            }
-    /* decode-sized rows: long K, many rows */
-    quant_case(q4v, q4m, k, 1, 130, 128, 1);
-    quant_case(q8v, q8m, k, 0, 130, 128, 1);
-}
+#define LEN(a) ((int)(sizeof(a) / sizeof *(a)))
 
-static void test_f32_mat(result *out, const rlxc_kernels *k) {
-    result *rv = out, *rm = out + 1;
-    rv->name = "matvec_f32", rm->name = "matmul_f32";
-    for (int a = 0; a < LEN(mat_N); a++)
-        for (int b = 0; b < LEN(f_K); b++)
-            for (int c = 0; c < LEN(mat_T); c++) {
-                const int N = mat_N[a], K = f_K[b], T = mat_T[c], ldy = N + 3, ny = T * ldy;
-                float *w = xmalloc((size_t)N * K * sizeof(float)), *x = xmalloc((size_t)T * K * sizeof(float));
-                fill(w, N * K, -1, 1);
-                fill(x, T * K, -1, 1);
-                float *ref = guarded(ny), *got = guarded(ny), *scale = xmalloc((size_t)ny * sizeof(float));
-                for (int i = 0; i < ny; i++) scale[i] = 1.0f;
-                for (int t = 0; t < T; t++)
-                    for (int n = 0; n < N; n++) {
-                        double s = 0.0;
-                        for (int j = 0; j < K; j++) s += fabsf(w[n * K + j] * x[t * K + j]);
-                        scale[t * ldy + n] = (float)s;
-                    }
-                rlxc_kernels_scalar.matmul_f32(ref, ldy, w, x, N, K, T);
-                k->matmul_f32(got, ldy, w, x, N, K, T);
-                rm->cases++;
-                compare(rm, got, ref, scale, ny, N, K, T);
-                check_guards(rm, got, ny, N, K, T);
-                if (T == 1) {
-                    for (int i = 0; i < ny; i++) got[i] = SENTINEL;
-                    k->matvec_f32(got, w, x, N, K);
-                    rv->cases++;
-                    compare(rv, got, ref, scale, N, N, K, T);
-                    check_guards(rv, got, N, N, K, T);
-                }
-                free_guarded(ref);
-                free_guarded(got);
-                free(scale), free(w), free(x);
-            }
+/* Rows around every tile size and remainder, tokens around the GEMM tiles and chunks, and K
+ * with odd and even block counts (plain-float types: any K). */
+static void test_mat(result *out, const rlxc_kernels *k) {
+    static const int Ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 67};
+    static const int Ts[] = {1, 2, 3, 4, 7, 32, 65, 130};
+    static const int nb32[] = {1, 2, 3, 5, 8, 9, 33}, nb256[] = {1, 2, 3}, Kf[] = {1, 3, 8, 9, 16, 31, 33, 100, 257};
+    for (int kind = 0; kind < N_WKINDS; kind++) {
+        result *rv = out + 2 * kind, *rm = rv + 1;
+        rv->name = wkinds[kind].matvec, rm->name = wkinds[kind].matmul;
+        const int qk = wkinds[kind].qk;
+        const int *Ks = qk == 1 ? Kf : qk == RLXC_QK ? nb32 : nb256;
+        const int nK = qk == 1 ? LEN(Kf) : qk == RLXC_QK ? LEN(nb32) : LEN(nb256);
+        for (int a = 0; a < LEN(Ns); a++)
+            for (int b = 0; b < nK; b++)
+                for (int c = 0; c < LEN(Ts); c++) mat_case(rv, rm, k, kind, Ns[a], Ks[b] * qk, Ts[c]);
+        mat_case(rv, rm, k, kind, 130, 4096, 1); /* decode-sized rows */
+    }
 }
 
 /* ---- activation quantization: bit-identical ---- */
@@ -304,6 +329,44 @@ static void test_quantize(result *r, const rlxc_kernels *k) {
         for (int b = 0; b < nb; b++)
             if (memcmp(ref + b, got + b, sizeof(block_q8_0))) {
                 fail(r, "K %d block %d (kind %d): not bit-identical", K, b, b % 6);
+                r->max_err = INFINITY;
+                break;
+            }
+        free(x), free(ref), free(got);
+    }
+}
+
+static void test_quantize_k(result *r, const rlxc_kernels *k) {
+    r->name = "quantize_row_q8_k";
+    for (int nb = 1; nb <= 8; nb++) {
+        const int K = nb * RLXC_QK_K;
+        float *x = xmalloc((size_t)K * sizeof(float));
+        for (int b = 0; b < nb; b++) {
+            float *xb = x + b * RLXC_QK_K;
+            switch (b % 4) {
+            case 0: /* max -127 -> scale 1: exact .5 ties must round to even */
+                for (int j = 0; j < RLXC_QK_K; j++) xb[j] = (float)((int)(rng_u64() % 252) - 126) + (rng_u64() & 1 ? 0.5f : 0.0f);
+                xb[7] = -127.0f;
+                break;
+            case 1: fill(xb, RLXC_QK_K, 0, 0); break; /* all zero */
+            case 2: /* largest magnitude twice, with both signs: the first one sets the sign */
+                fill(xb, RLXC_QK_K, -1, 1);
+                xb[3] = 5.0f, xb[100] = -5.0f;
+                break;
+            default: {
+                const float m = powf(10.0f, rng_uniform(-3.0f, 3.0f));
+                fill(xb, RLXC_QK_K, -m, m);
+            }
+            }
+        }
+        block_q8_k *ref = xmalloc((size_t)nb * sizeof(block_q8_k)), *got = xmalloc((size_t)nb * sizeof(block_q8_k));
+        memset(got, 0x5a, (size_t)nb * sizeof(block_q8_k));
+        rlxc_kernels_scalar.quantize_row_q8_k(ref, x, K);
+        k->quantize_row_q8_k(got, x, K);
+        r->cases++;
+        for (int b = 0; b < nb; b++)
+            if (memcmp(ref + b, got + b, sizeof(block_q8_k))) {
+                fail(r, "K %d block %d (kind %d): not bit-identical", K, b, b % 4);
                 r->max_err = INFINITY;
                 break;
             }
@@ -481,7 +544,7 @@ static void test_elementwise(result *out, const rlxc_kernels *k) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS 17
+#define N_RESULTS (2 * N_WKINDS + 12)
 
 static int run_isa(const char *isa) {
     char err[256];
@@ -492,13 +555,14 @@ static int run_isa(const char *isa) {
     const rlxc_kernels *k = rlxc_kernels_active();
     result res[N_RESULTS];
     memset(res, 0, sizeof res);
-    test_f32_mat(res, k);
-    test_quant_mat(res + 2, k);
-    test_quantize(res + 6, k);
-    test_norms(res + 7, k);
-    test_rope(res + 9, k);
-    test_attention(res + 10, k);
-    test_elementwise(res + 11, k);
+    result *r = res;
+    test_mat(r, k), r += 2 * N_WKINDS;
+    test_quantize(r++, k);
+    test_quantize_k(r++, k);
+    test_norms(r, k), r += 2;
+    test_rope(r++, k);
+    test_attention(r++, k);
+    test_elementwise(r, k);
     int bad = 0;
     for (int i = 0; i < N_RESULTS; i++) {
         const result *r = res + i;

@@ -39,7 +39,7 @@ int check_finite(PyArrayObject *a, const char *name);
 PyArrayObject *new_array(int ndim, const npy_intp *dims, int type);
 /* Python int -> C int with a ValueError naming `name` when out of [lo, hi]. */
 int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out);
-/* "f32" | "q4_0" | "q8_0" -> rlxc_wtype; -1 with ValueError otherwise. */
+/* A weight type's name ("f32", "q4_k", ... as rlxc_wtype_name) -> rlxc_wtype; -1 with ValueError otherwise. */
 int wtype_arg(const char *s, const char *name);
 
 #endif

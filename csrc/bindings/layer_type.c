@@ -234,8 +234,10 @@ static PyArrayObject *raw_arg(PyObject *arr, int cols, int t, const char *dtype)
         return NULL;
     }
     PyArrayObject *a = (PyArrayObject *)arr;
-    if (cols <= 0 || (t != RLXC_F32 && cols % RLXC_QK)) {
-        PyErr_Format(PyExc_ValueError, "cols must be > 0%s, got %d", t != RLXC_F32 ? " and a multiple of 32" : "", cols);
+    const int block = rlxc_wtype_block_size((rlxc_wtype)t);
+    if (cols <= 0 || cols % block) {
+        PyErr_Format(PyExc_ValueError, "cols must be > 0 and a multiple of %d (the %s block size), got %d", block, dtype,
+                     cols);
         return NULL;
     }
     const size_t rb = rlxc_wtype_row_bytes((rlxc_wtype)t, cols);
@@ -299,10 +301,7 @@ static PyObject *weight_out(LayerObject *self, PyObject *name, int raw) {
     float *dst = PyArray_DATA(out);
     for (int r = 0; r < w->rows; r++) {
         const void *row = (const char *)w->data + (size_t)r * rb;
-        float *yr = dst + (size_t)r * w->cols;
-        if (w->type == RLXC_F32) memcpy(yr, row, rb);
-        else if (w->type == RLXC_Q4_0) rlxc_dequantize_row_q4_0(yr, row, w->cols);
-        else rlxc_dequantize_row_q8_0(yr, row, w->cols);
+        rlxc_dequantize_row(w->type, dst + (size_t)r * w->cols, row, w->cols);
     }
     return (PyObject *)out;
 }

@@ -61,11 +61,11 @@ int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out) {
 }
 
 int wtype_arg(const char *s, const char *name) {
-    if (!strcmp(s, "f32")) return RLXC_F32;
-    if (!strcmp(s, "q4_0")) return RLXC_Q4_0;
-    if (!strcmp(s, "q8_0")) return RLXC_Q8_0;
-    PyErr_Format(PyExc_ValueError, "%s must be 'f32', 'q4_0' or 'q8_0', got '%s'", name, s);
-    return -1;
+    const int t = rlxc_wtype_from_name(s);
+    if (t < 0)
+        PyErr_Format(PyExc_ValueError, "%s must be one of 'f32', 'f16', 'bf16', 'q4_0', 'q5_0', 'q8_0', 'q4_k', 'q6_k', "
+                     "got '%s'", name, s);
+    return t;
 }
 
 static PyObject *cpu_info(PyObject *self, PyObject *noargs) {

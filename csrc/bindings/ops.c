@@ -57,59 +57,92 @@ static PyObject *quantize(PyObject *args, PyObject *kw, rlxc_wtype t, const char
     const float *src = PyArray_DATA(w);
     char *dst = PyArray_DATA(out);
     Py_BEGIN_ALLOW_THREADS
-    for (npy_intp r = 0; r < N; r++) {
-        if (t == RLXC_Q4_0) rlxc_quantize_row_q4_0((block_q4_0 *)(dst + r * rb), src + r * K, (int)K);
-        else rlxc_quantize_row_q8_0((block_q8_0 *)(dst + r * rb), src + r * K, (int)K);
-    }
+    for (npy_intp r = 0; r < N; r++) rlxc_quantize_row(t, dst + r * rb, src + r * K, (int)K);
     Py_END_ALLOW_THREADS
     return (PyObject *)out;
 }
 
-/* uint8 [N, row_bytes] of blocks of `block_bytes` -> (N, K); NULL with an error otherwise. */
-static PyArrayObject *blocks_arg(PyObject *o, const char *name, size_t block_bytes, npy_intp *K) {
+/* uint8 [N, row_bytes] rows of whole blocks of type t -> (the array, K); NULL with an error otherwise. */
+static PyArrayObject *blocks_arg(PyObject *o, const char *name, rlxc_wtype t, npy_intp *K) {
     if (!PyArray_Check(o) || PyArray_TYPE((PyArrayObject *)o) != NPY_UINT8 || PyArray_NDIM((PyArrayObject *)o) != 2 ||
         !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o)) {
         PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous 2-D numpy.ndarray of uint8", name);
         return NULL;
     }
     PyArrayObject *a = (PyArrayObject *)o;
-    const npy_intp rb = PyArray_DIM(a, 1);
-    if (rb == 0 || rb % (npy_intp)block_bytes || rb / (npy_intp)block_bytes * RLXC_QK > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s rows must be a positive multiple of %zu bytes (one block), got %zd", name,
-                     block_bytes, (Py_ssize_t)rb);
+    const int block = rlxc_wtype_block_size(t);
+    const npy_intp rb = PyArray_DIM(a, 1), bb = (npy_intp)rlxc_wtype_row_bytes(t, block);
+    if (rb == 0 || rb % bb || rb / bb * block > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s rows must be a positive multiple of %zd bytes (one %s block of %d weights), got %zd",
+                     name, (Py_ssize_t)bb, rlxc_wtype_name(t), block, (Py_ssize_t)rb);
         return NULL;
     }
-    *K = rb / (npy_intp)block_bytes * RLXC_QK;
+    *K = rb / bb * block;
     return a;
 }
 
-static PyObject *dequantize(PyObject *args, PyObject *kw, rlxc_wtype t) {
-    static char *kwlist[] = {"b", NULL};
-    PyObject *bo;
-    npy_intp K;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O", kwlist, &bo)) return NULL;
-    const size_t bb = t == RLXC_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    PyArrayObject *b = blocks_arg(bo, "b", bb, &K);
-    if (!b) return NULL;
-    const npy_intp N = PyArray_DIM(b, 0), rb = PyArray_DIM(b, 1);
-    npy_intp dims[2] = {N, K};
-    PyArrayObject *out = new_array(2, dims, NPY_FLOAT32);
+/* Rows of type t (any leading shape, last axis = row bytes) -> float32 rows of K. */
+static PyObject *dequantize_rows(PyArrayObject *b, rlxc_wtype t, int K) {
+    const int nd = PyArray_NDIM(b);
+    npy_intp dims[NPY_MAXDIMS];
+    memcpy(dims, PyArray_DIMS(b), (size_t)nd * sizeof(npy_intp));
+    dims[nd - 1] = K;
+    PyArrayObject *out = new_array(nd, dims, NPY_FLOAT32);
     if (!out) return NULL;
+    const size_t rb = rlxc_wtype_row_bytes(t, K);
+    const npy_intp rows = PyArray_SIZE(out) / K;
     const char *src = PyArray_DATA(b);
     float *dst = PyArray_DATA(out);
     Py_BEGIN_ALLOW_THREADS
-    for (npy_intp r = 0; r < N; r++) {
-        if (t == RLXC_Q4_0) rlxc_dequantize_row_q4_0(dst + r * K, (const block_q4_0 *)(src + r * rb), (int)K);
-        else rlxc_dequantize_row_q8_0(dst + r * K, (const block_q8_0 *)(src + r * rb), (int)K);
-    }
+    for (npy_intp r = 0; r < rows; r++) rlxc_dequantize_row(t, dst + r * K, src + r * rb, K);
     Py_END_ALLOW_THREADS
     return (PyObject *)out;
 }
 
+static PyObject *dequantize_fixed(PyObject *args, PyObject *kw, rlxc_wtype t) {
+    static char *kwlist[] = {"b", NULL};
+    PyObject *bo;
+    npy_intp K;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O", kwlist, &bo)) return NULL;
+    PyArrayObject *b = blocks_arg(bo, "b", t, &K);
+    return b ? dequantize_rows(b, t, (int)K) : NULL;
+}
+
 static PyObject *op_quantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_0, "q4_0"); }
 static PyObject *op_quantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q8_0, "q8_0"); }
-static PyObject *op_dequantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize(a, k, RLXC_Q4_0); }
-static PyObject *op_dequantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize(a, k, RLXC_Q8_0); }
+static PyObject *op_dequantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize_fixed(a, k, RLXC_Q4_0); }
+static PyObject *op_dequantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize_fixed(a, k, RLXC_Q8_0); }
+
+/* Any type, any rows: b is a C-contiguous uint8 array whose last axis is one row's bytes (e.g.
+ * rows picked out of a memory-mapped GGUF embedding table). */
+static PyObject *op_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"b", "wtype", "cols", NULL};
+    PyObject *bo;
+    const char *wts;
+    int cols;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Osi:dequantize", kwlist, &bo, &wts, &cols)) return NULL;
+    const int t = wtype_arg(wts, "wtype");
+    if (t < 0) return NULL;
+    const int block = rlxc_wtype_block_size((rlxc_wtype)t);
+    if (cols <= 0 || cols % block) {
+        PyErr_Format(PyExc_ValueError, "cols must be a positive multiple of %d (the %s block size), got %d", block, wts,
+                     cols);
+        return NULL;
+    }
+    if (!PyArray_Check(bo) || PyArray_TYPE((PyArrayObject *)bo) != NPY_UINT8 || PyArray_NDIM((PyArrayObject *)bo) < 1 ||
+        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)bo)) {
+        PyErr_SetString(PyExc_TypeError, "b must be a C-contiguous numpy.ndarray of uint8 with at least one dimension");
+        return NULL;
+    }
+    PyArrayObject *b = (PyArrayObject *)bo;
+    const size_t rb = rlxc_wtype_row_bytes((rlxc_wtype)t, cols);
+    if ((size_t)PyArray_DIM(b, PyArray_NDIM(b) - 1) != rb) {
+        PyErr_Format(PyExc_ValueError, "b's last dimension must be %zu bytes (one row of %d %s weights), got %zd", rb,
+                     cols, wts, (Py_ssize_t)PyArray_DIM(b, PyArray_NDIM(b) - 1));
+        return NULL;
+    }
+    return dequantize_rows(b, (rlxc_wtype)t, cols);
+}
 
 /* ---- matmul ---- */
 
@@ -130,7 +163,7 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
         wa = as_f32(wo, "w", 2, 2);
         K = wa ? PyArray_DIM(wa, 1) : 0;
     } else {
-        wa = blocks_arg(wo, "w", wt == RLXC_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0), &K);
+        wa = blocks_arg(wo, "w", (rlxc_wtype)wt, &K);
     }
     if (!wa || nonempty(wa, "w")) return NULL;
     if (PyArray_DIM(wa, 0) > INT32_MAX || K > INT32_MAX) {
@@ -151,8 +184,9 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
     }
     npy_intp dims[2] = {T, w.rows};
     PyArrayObject *out = PyArray_NDIM(x) == 2 ? new_array(2, dims, NPY_FLOAT32) : new_array(1, dims + 1, NPY_FLOAT32);
-    void *xq = wt == RLXC_F32 ? NULL : malloc((size_t)T * (K / RLXC_QK) * sizeof(block_q8_0));
-    if (!out || (wt != RLXC_F32 && !xq)) {
+    const size_t xq_bytes = (size_t)T * rlxc_linear_scratch_bytes((int)K);
+    void *xq = xq_bytes ? malloc(xq_bytes) : NULL;
+    if (!out || (xq_bytes && !xq)) {
         free(xq);
         Py_XDECREF(out);
         return PyErr_NoMemory();
@@ -338,9 +372,13 @@ PyMethodDef rlxc_ops_methods[] = {
     {"dequantize_q4_0", KW(op_dequantize_q4_0), "dequantize_q4_0(b: uint8[N, K//32*18]) -> float32[N, K]."},
     {"quantize_q8_0", KW(op_quantize_q8_0), "quantize_q8_0(w: float32[N, K]) -> uint8[N, K//32*34] (GGUF Q8_0 blocks)."},
     {"dequantize_q8_0", KW(op_dequantize_q8_0), "dequantize_q8_0(b: uint8[N, K//32*34]) -> float32[N, K]."},
+    {"dequantize", KW(op_dequantize),
+     "dequantize(b: uint8[..., row_bytes], wtype, cols) -> float32[..., cols]: rows of any weight type (GGUF bytes), "
+     "bit-exact with gguf.quants.dequantize."},
     {"matmul", KW(op_matmul),
-     "matmul(x: float32[T, K] or [K], w, wtype='f32', threads=None) -> x @ W.T. w is float32 [N, K] or the "
-     "quantized bytes of a q4_0 / q8_0 matrix; quantized weights quantize x to Q8_0 per 32 (integer dots)."},
+     "matmul(x: float32[T, K] or [K], w, wtype='f32', threads=None) -> x @ W.T. w is float32 [N, K] or the GGUF "
+     "bytes uint8[N, row_bytes] of an f16 / bf16 / q4_0 / q5_0 / q8_0 / q4_k / q6_k matrix. Integer-dot types quantize "
+     "x once: to Q8_0 per 32 for q4_0 / q5_0 / q8_0, to Q8_K per 256 for q4_k / q6_k."},
     {"rmsnorm", KW(op_rmsnorm), "rmsnorm(x, w=None, eps=1e-6, offset=0.0): x / rms(x) * (offset + w) over the last axis."},
     {"layernorm", KW(op_layernorm), "layernorm(x, w, b=None, eps=1e-5) over the last axis."},
     {"rope", KW(op_rope),

@@ -15,6 +15,8 @@ from . import ops  # noqa: E402
 from .hf import from_hf  # noqa: E402
 from .model import Model  # noqa: E402
 from .report import Report, compare  # noqa: E402
+from . import tokenizer  # noqa: E402
+from .loaders import load, save  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -36,3 +38,4 @@ def get_isa() -> str:
 
 __all__ = ["Activation", "FfnType", "Layer", "Model", "NormType", "Pipeline", "Report", "RopeLayout", "compare",
            "cpu_info", "from_hf", "get_isa", "ops", "set_isa", "__version__"]
+__all__ += ["load", "save", "tokenizer"]

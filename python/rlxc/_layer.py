@@ -81,7 +81,8 @@ class Layer(_rlxc.Layer):
         raise KeyError(f"unknown weight name {name!r}: use one of Layer.WEIGHTS or an HF per-layer parameter name")
 
     def set_weight(self, name: str, array: np.ndarray, dtype: str = "f32") -> None:
-        """Copy a float32 array into a weight, stored as ``dtype`` ('f32', 'q4_0', 'q8_0')."""
+        """Copy a float32 array into a weight, stored as ``dtype`` ('f32', 'f16', 'bf16', 'q4_0',
+        'q8_0'); q5_0 / q4_k / q6_k weights come as GGUF bytes (``set_weight_raw`` / ``set_weight_view``)."""
         super().set_weight(self.weight_name(name), array, dtype)
 
     def set_weights(self, weights: Mapping[str, np.ndarray], dtype: str = "f32") -> None:

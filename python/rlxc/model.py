@@ -5,6 +5,11 @@ The Model owns the token embedding (looked up in NumPy, float32), the list of rl
 norm, the lm_head (multiplied through ``rlxc.ops.matmul``, quantized like the layer matrices) and
 the final logit softcap. Gemma 4 per-layer embeddings (PLE) are computed here in NumPy from the
 input ids and handed to the pipeline as its ``ple`` input.
+
+Embedding tables and the lm_head may also be kept as stored (a :class:`QuantMatrix`: GGUF bytes of
+any weight type, e.g. memory-mapped from the file by :func:`rlxc.load`): the embedding rows that a
+call looks up are dequantized one by one, and a tied lm_head multiplies the quantized table in
+place. ``model.tokenizer`` (set by :func:`rlxc.load`) turns text into ids for :meth:`Model.generate`.
 """
 
 from __future__ import annotations
@@ -15,13 +20,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Model", "MATRIX_SLOTS"]
+__all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix"]
 
 #: Weight slots that hold matrices (the ones quantized to q4_0/q8_0 when in-dim % 32 == 0).
 MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                 "ple_gate", "ple_proj")
 
 _WTYPES = ("f32", "q4_0", "q8_0")
+
+# transformers model_type -> GGUF architecture name (for rlxc.save)
+_GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
+              "gemma2": "gemma2", "gemma3_text": "gemma3", "gemma4_text": "gemma4", "starcoder2": "starcoder2",
+              "phi3": "phi3"}
 
 
 def _rlxc():
@@ -34,6 +44,54 @@ def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
     if weights != "f32" and len(shape) == 2 and shape[1] % 32 == 0:
         return weights
     return "f32"
+
+
+class QuantMatrix:
+    """A ``[rows, cols]`` matrix kept as stored: uint8 ``data[rows, row_bytes]`` of GGUF blocks of
+    ``wtype`` ("f32", "f16", "bf16", "q4_0", "q5_0", "q8_0", "q4_k", "q6_k", ...), never expanded.
+
+    ``m[ids]`` dequantizes just those rows (float32 ``[len(ids), cols]``; an int gives one row),
+    so an embedding lookup costs a row, not the table. ``np.asarray(m)`` is not supported on
+    purpose (use :meth:`dequantize` for the whole table).
+    """
+
+    __slots__ = ("data", "wtype", "cols")
+
+    def __init__(self, data: np.ndarray, wtype: str, cols: int) -> None:
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
+            raise TypeError("QuantMatrix data must be a 2-D uint8 numpy array [rows, row_bytes]")
+        self.data = data
+        self.wtype = str(wtype)
+        self.cols = int(cols)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.data.shape[0]), self.cols)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def __len__(self) -> int:
+        return int(self.data.shape[0])
+
+    def __getitem__(self, ids: Any) -> np.ndarray:
+        from .loaders import dequantize
+        if isinstance(ids, (int, np.integer)):
+            return dequantize(self.data[int(ids)][None, :], self.wtype, self.cols)[0]
+        rows = self.data[np.asarray(ids).reshape(-1)] if not isinstance(ids, slice) else self.data[ids]
+        out = dequantize(np.ascontiguousarray(rows), self.wtype, self.cols)
+        if not isinstance(ids, slice):
+            out = out.reshape(*np.shape(ids), self.cols)
+        return out
+
+    def dequantize(self) -> np.ndarray:
+        """The whole matrix as float32 ``[rows, cols]`` (a copy)."""
+        from .loaders import dequantize
+        return dequantize(self.data, self.wtype, self.cols)
+
+    def __repr__(self) -> str:
+        return f"QuantMatrix({self.shape[0]}x{self.cols}, {self.wtype}, {self.nbytes / 1e6:.1f} MB)"
 
 
 class Model:
@@ -50,12 +108,15 @@ class Model:
                  norm_eps: float = 1e-6, norm_offset: float = 0.0, final_softcap: float = 0.0,
                  ple: Mapping[str, Any] | None = None, max_seq: int = 2048,
                  threads: int | None = None, name: str = "rlxc.Model",
-                 layer_wtypes: Sequence[Mapping[str, str]] | None = None) -> None:
+                 layer_wtypes: Sequence[Mapping[str, str]] | None = None, arch: str | None = None,
+                 tokenizer: Any = None, metadata: Mapping[str, Any] | None = None) -> None:
         """
         Args:
             layers: rlxc.Layer objects with weights set.
-            embed: float32 [vocab, hidden] token embedding (also the lm_head when ``lm_head`` is None).
-            lm_head: float32 [vocab, hidden] or None (tied to ``embed``).
+            embed: float32 [vocab, hidden] token embedding (also the lm_head when ``lm_head`` is None),
+                or a :class:`QuantMatrix` kept as stored (rows dequantized per lookup).
+            lm_head: float32 [vocab, hidden], a :class:`QuantMatrix` used in place, or None (tied
+                to ``embed``; a QuantMatrix embedding is then multiplied in place, in its own type).
             weights: storage format of the lm_head ("f32", "q4_0", "q8_0"; f32 if hidden % 32).
             embed_scale: the embedding is multiplied by it (Gemma: sqrt(hidden) in the weight dtype).
             norm_type, norm_weight, norm_bias, norm_eps, norm_offset: the final norm
@@ -64,11 +125,17 @@ class Model:
             ple: Gemma 4 per-layer-embedding tables (see :func:`rlxc.hf.model_parts`) or None.
             max_seq: KV-cache length. threads: engine threads (None = engine default).
             name: shown by repr. layer_wtypes: per layer, slot -> format (for display only).
+            arch: the GGUF architecture name (used by :func:`rlxc.save`), e.g. "llama", "gemma3".
+            tokenizer: an :class:`rlxc.tokenizer.Tokenizer` (or None). metadata: loader facts
+                (source path, GGUF keys, ...), kept as ``model.metadata``.
         """
         if weights not in _WTYPES:
             raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
         self.layers: list[Any] = list(layers)
-        self.embed = np.ascontiguousarray(embed, dtype=np.float32)
+        if isinstance(embed, QuantMatrix):
+            self.embed = embed
+        else:
+            self.embed = np.ascontiguousarray(embed, dtype=np.float32)
         self.vocab_size, self.hidden_size = self.embed.shape
         self.embed_scale = float(embed_scale)
         self.norm_type = int(norm_type)
@@ -83,18 +150,31 @@ class Model:
         self.name = name
         self.weights = weights
         self.tied = lm_head is None
-        head = self.embed if lm_head is None else np.ascontiguousarray(lm_head, dtype=np.float32)
-        if head.shape[1] != self.hidden_size:
-            raise ValueError(f"lm_head is {head.shape}, hidden size is {self.hidden_size}")
-        self.lm_head_type = matrix_wtype(weights, head.shape)
-        ops = _rlxc().ops
-        if self.lm_head_type == "q4_0":
-            self._lm = ops.quantize_q4_0(head)
-        elif self.lm_head_type == "q8_0":
-            self._lm = ops.quantize_q8_0(head)
+        self.arch = arch
+        self.tokenizer = tokenizer
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        if lm_head is None and isinstance(self.embed, QuantMatrix):
+            lm_head = self.embed
+        if isinstance(lm_head, QuantMatrix):
+            if lm_head.cols != self.hidden_size:
+                raise ValueError(f"lm_head is {lm_head.shape}, hidden size is {self.hidden_size}")
+            self.lm_head_type = lm_head.wtype
+            self._lm = (lm_head.data.view(np.float32).reshape(lm_head.shape) if lm_head.wtype == "f32"
+                        else lm_head.data)
+            self.lm_vocab = lm_head.shape[0]
         else:
-            self._lm = head
-        self.lm_vocab = head.shape[0]
+            head = self.embed if lm_head is None else np.ascontiguousarray(lm_head, dtype=np.float32)
+            if head.shape[1] != self.hidden_size:
+                raise ValueError(f"lm_head is {head.shape}, hidden size is {self.hidden_size}")
+            self.lm_head_type = matrix_wtype(weights, head.shape)
+            ops = _rlxc().ops
+            if self.lm_head_type == "q4_0":
+                self._lm = ops.quantize_q4_0(head)
+            elif self.lm_head_type == "q8_0":
+                self._lm = ops.quantize_q8_0(head)
+            else:
+                self._lm = head
+            self.lm_vocab = head.shape[0]
         self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
         self._pipe = None
         self._pipe_layers: tuple = ()
@@ -125,7 +205,8 @@ class Model:
                    norm_weight=parts.get("norm_weight"), norm_bias=parts.get("norm_bias"),
                    norm_eps=parts.get("norm_eps", 1e-6), norm_offset=parts.get("norm_offset", 0.0),
                    final_softcap=parts.get("final_softcap", 0.0), ple=parts.get("ple"),
-                   max_seq=max_seq, threads=threads, name=name, layer_wtypes=wtypes)
+                   max_seq=max_seq, threads=threads, name=name, layer_wtypes=wtypes,
+                   arch=parts.get("arch") or _GGUF_ARCH.get(parts.get("model_type", "")))
 
     # ------------------------------------------------------------------ pipeline
     @property
@@ -203,21 +284,38 @@ class Model:
         return np.asarray(ops.rmsnorm(h, self.norm_weight, self.norm_eps, offset=self.norm_offset),
                           np.float32)
 
+    @property
+    def _threads(self) -> int | None:
+        if self.threads is not None:
+            return int(self.threads)
+        return int(self._pipe.threads) if self._pipe is not None else None
+
     def logits(self, h_normed: np.ndarray) -> np.ndarray:
-        """lm_head (+ final softcap) of already-normed hidden states."""
+        """lm_head (+ final softcap) of already-normed hidden states (on ``self.threads``)."""
         ops = _rlxc().ops
         z = np.asarray(ops.matmul(np.ascontiguousarray(h_normed, np.float32), self._lm,
-                                  wtype=self.lm_head_type), dtype=np.float32)
+                                  wtype=self.lm_head_type, threads=self._threads), dtype=np.float32)
         if self.final_softcap > 0:
             z = np.asarray(ops.softcap(z, self.final_softcap), dtype=np.float32)
         return z
 
     # ------------------------------------------------------------------ running
-    def prefill(self, input_ids: Any) -> np.ndarray:
-        """Run tokens at positions n_past.. (appending to the cache); float32 [T, vocab] logits."""
+    def prefill(self, input_ids: Any, logits: str = "all") -> np.ndarray | None:
+        """Run tokens at positions n_past.. (appending to the cache).
+
+        ``logits="all"``: float32 [T, vocab] (the default); ``"last"``: float32 [vocab] of the
+        last token only (the final norm and lm_head run on one row: what generation needs);
+        ``"none"``: only fill the cache, return None."""
+        if logits not in ("all", "last", "none"):
+            raise ValueError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
         ids = self._ids(input_ids)
         x = self.embed_tokens(ids)
         out = self.pipeline.prefill(x, ple=self.per_layer_inputs(ids, x))
+        if logits == "none":
+            return None
+        if logits == "last":
+            out = np.asarray(out).reshape(len(ids), -1)[-1:]
+            return self.logits(self.final_norm(out))[0]
         return self.logits(self.final_norm(out))
 
     def decode(self, token_id: int) -> np.ndarray:
@@ -252,6 +350,43 @@ class Model:
         entry is the final-norm output of layer n-1 (not its raw output). Resets the cache."""
         t = self.trace(input_ids)
         return [t["embeddings"], *list(t["layers"][:-1]), t["final_norm"]]
+
+    # ------------------------------------------------------------------ text
+    def generate(self, prompt: Any, max_new_tokens: int = 128, *, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                 seed: int | None = None, stop: Any = None, stream: bool = False,
+                 add_special: bool | None = None, reset: bool = True) -> Any:
+        """Continue ``prompt`` (text, needing ``model.tokenizer``, or token ids).
+
+        Greedy when ``temperature == 0``; otherwise samples after repetition_penalty,
+        temperature, top_k, top_p and min_p (in that order) with ``numpy.random.default_rng(seed)``.
+        Stops after ``max_new_tokens``, at an end-of-generation token (EOS, end-of-turn; not
+        included) or when the text produced contains a ``stop`` string (cut before it).
+        Returns the new text (a text prompt, or ids with a tokenizer attached) or the list of
+        new token ids (ids and no tokenizer). With ``stream=True`` returns an iterator over the
+        text pieces (or ids) as they come. ``reset=False`` continues after what is in the cache.
+        See :mod:`rlxc.generate`.
+        """
+        from .generate import generate
+        return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                        top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed, stop=stop,
+                        stream=stream, add_special=add_special, reset=reset)
+
+    def stream(self, prompt: Any, max_new_tokens: int = 128, **kw: Any) -> Any:
+        """``generate(..., stream=True)``: an iterator over text pieces (or ids) as they come."""
+        return self.generate(prompt, max_new_tokens, stream=True, **kw)
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """``model.tokenizer.encode`` (raises if the model has no tokenizer)."""
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer (attach one: model.tokenizer = rlxc.tokenizer.load(...))")
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids: Any) -> str:
+        """``model.tokenizer.decode``."""
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer")
+        return self.tokenizer.decode(list(np.asarray(ids).reshape(-1)))
 
     # ------------------------------------------------------------------ display
     def _wtypes(self, i: int) -> dict[str, str]:

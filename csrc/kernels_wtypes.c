@@ -1,0 +1,194 @@
+/* Scalar reference kernels of the GGUF weight types beyond Q4_0/Q8_0: F16, BF16, Q5_0, Q4_K,
+ * Q6_K, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
+ * the dequantizers round exactly like gguf.quants.dequantize (NumPy float32, one rounding per
+ * operation). Each block type is first unpacked to its integer quants; the dequantizers scale
+ * those, and the dot products multiply them with the activations' quants exactly in integers,
+ * then scale per block (Q5_0) or super-block (Q4_K, Q6_K) as ggml does. */
+#include <math.h>
+#include <string.h>
+#include "kernels_ref.h"
+
+/* ---- unpacking to integer quants ---- */
+
+static void unpack_q5_0(int8_t q[RLXC_QK], const block_q5_0 *b) {
+    const uint32_t qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 |
+                        (uint32_t)b->qh[3] << 24;
+    for (int j = 0; j < RLXC_QK / 2; j++) {
+        q[j] = (int8_t)(((b->qs[j] & 0x0f) | ((qh >> j) & 1) << 4) - 16);
+        q[j + RLXC_QK / 2] = (int8_t)(((b->qs[j] >> 4) | ((qh >> (j + RLXC_QK / 2)) & 1) << 4) - 16);
+    }
+}
+
+/* 0..15, in element order */
+static void unpack_q4_k(uint8_t q[RLXC_QK_K], const block_q4_k *b) {
+    for (int i = 0; i < RLXC_QK_K / 64; i++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * i + l] = b->qs[32 * i + l] & 0x0f;
+            q[64 * i + 32 + l] = b->qs[32 * i + l] >> 4;
+        }
+}
+
+/* -32..31, in element order (layout in kernels.h) */
+static void unpack_q6_k(int8_t q[RLXC_QK_K], const block_q6_k *b) {
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const int lo = (b->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0x0f;
+                const int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
+                q[128 * h + 32 * k + l] = (int8_t)((lo | hi << 4) - 32);
+            }
+}
+
+/* ---- dequantization (bit-exact with the gguf package) ---- */
+
+void rlxc_dequantize_row_q5_0(float *y, const block_q5_0 *x, int K) {
+    int8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        unpack_q5_0(q, &x[b]);
+        for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)q[j];
+    }
+}
+
+void rlxc_dequantize_row_q4_k(float *y, const block_q4_k *x, int K) {
+    uint8_t q[RLXC_QK_K], sm[16];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_fp16_to_f32(x[b].d), dmin = rlxc_fp16_to_f32(x[b].dmin);
+        unpack_q4_k(q, &x[b]);
+        rlxc_q4_k_scales(sm, x[b].scales);
+        for (int j = 0; j < 8; j++) {
+            const float dj = d * (float)sm[j], mj = dmin * (float)sm[8 + j]; /* gguf's order */
+            for (int l = 0; l < 32; l++, y++) *y = dj * (float)q[32 * j + l] - mj;
+        }
+    }
+}
+
+void rlxc_dequantize_row_q6_k(float *y, const block_q6_k *x, int K) {
+    int8_t q[RLXC_QK_K];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        unpack_q6_k(q, &x[b]);
+        for (int j = 0; j < 16; j++) {
+            const float dj = d * (float)x[b].scales[j];
+            for (int l = 0; l < 16; l++, y++) *y = dj * (float)q[16 * j + l];
+        }
+    }
+}
+
+void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K) {
+    for (int k = 0; k < K; k++) y[k] = rlxc_fp16_to_f32(x[k]);
+}
+
+void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K) {
+    for (int k = 0; k < K; k++) y[k] = rlxc_bf16_to_f32(x[k]);
+}
+
+/* ---- Q8_K activations (ggml's quantize_row_q8_K_ref) ---- */
+
+/* Round to nearest, ties to even: the float addition of 1.5 * 2^23 rounds away the fraction,
+ * and the integer is read from the mantissa (|f| < 2^22). */
+static int nearest_int(float f) {
+    float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+void rlxc_quantize_row_q8_k(block_q8_k *y, const float *x, int K) {
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        /* the signed value of largest magnitude (first one on ties) maps to -127 */
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < RLXC_QK_K; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        memset(&y[b], 0, sizeof y[b]);
+        if (amax == 0.0f) continue;
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < RLXC_QK_K; j++) {
+            const int v = nearest_int(iscale * x[j]);
+            y[b].qs[j] = (int8_t)(v < 127 ? v : 127);
+            y[b].bsums[j / 16] = (int16_t)(y[b].bsums[j / 16] + y[b].qs[j]);
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+/* ---- dot products ---- */
+
+static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int nb) {
+    float s = 0.0f;
+    int8_t q[RLXC_QK];
+    for (int b = 0; b < nb; b++) {
+        unpack_q5_0(q, &w[b]);
+        int sumi = 0;
+        for (int j = 0; j < RLXC_QK; j++) sumi += q[j] * x[b].qs[j];
+        s += (float)sumi * rlxc_fp16_to_f32(w[b].d) * rlxc_fp16_to_f32(x[b].d);
+    }
+    return s;
+}
+
+/* Per super-block: sum_j sc[j] * (q . x over sub-block j) and sum_j m[j] * (sum of x over
+ * sub-block j), both exact integers; the second from the Q8_K sums of 16. */
+static float dot_q4_k(const block_q4_k *w, const block_q8_k *x, int nb) {
+    float s = 0.0f;
+    uint8_t q[RLXC_QK_K], sm[16];
+    for (int b = 0; b < nb; b++) {
+        unpack_q4_k(q, &w[b]);
+        rlxc_q4_k_scales(sm, w[b].scales);
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int dot = 0;
+            for (int l = 0; l < 32; l++) dot += q[32 * j + l] * x[b].qs[32 * j + l];
+            sumi += sm[j] * dot;
+            summ += sm[8 + j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+        }
+        s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi - rlxc_fp16_to_f32(w[b].dmin) * x[b].d * (float)summ;
+    }
+    return s;
+}
+
+static float dot_q6_k(const block_q6_k *w, const block_q8_k *x, int nb) {
+    float s = 0.0f;
+    int8_t q[RLXC_QK_K];
+    for (int b = 0; b < nb; b++) {
+        unpack_q6_k(q, &w[b]);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int dot = 0;
+            for (int l = 0; l < 16; l++) dot += q[16 * j + l] * x[b].qs[16 * j + l];
+            sumi += w[b].scales[j] * dot;
+        }
+        s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi;
+    }
+    return s;
+}
+
+/* F16 / BF16: each weight widened to float (exact), dot in float in index order. */
+static float dot_f16(const rlxc_fp16 *w, const float *x, int K) {
+    float s = 0.0f;
+    for (int k = 0; k < K; k++) s += rlxc_fp16_to_f32(w[k]) * x[k];
+    return s;
+}
+
+static float dot_bf16(const rlxc_bf16 *w, const float *x, int K) {
+    float s = 0.0f;
+    for (int k = 0; k < K; k++) s += rlxc_bf16_to_f32(w[k]) * x[k];
+    return s;
+}
+
+/* matvec: one dot_<kind> per row; matmul: one matvec per token. A row holds K / qk blocks. */
+#define DEFINE_SCALAR_MAT(kind, wtype, xtype, qk)                                                       \
+    void rlxc_matvec_##kind##_scalar(float *y, const wtype *w, const xtype *xq, int N, int K) {         \
+        const int nb = K / (qk);                                                                        \
+        for (int n = 0; n < N; n++) y[n] = dot_##kind(w + (size_t)n * nb, xq, nb);                      \
+    }                                                                                                   \
+    void rlxc_matmul_##kind##_scalar(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, \
+                                      int T) {                                                          \
+        for (int t = 0; t < T; t++)                                                                     \
+            rlxc_matvec_##kind##_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * (K / (qk)), N, K);    \
+    }
+
+DEFINE_SCALAR_MAT(q5_0, block_q5_0, block_q8_0, RLXC_QK)
+DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
+DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)
+DEFINE_SCALAR_MAT(f16, rlxc_fp16, float, 1)
+DEFINE_SCALAR_MAT(bf16, rlxc_bf16, float, 1)

@@ -1,0 +1,78 @@
+/* AVX2 Q4_0 GEMM for many tokens: 8 weight rows interleaved so that one 32-bit lane holds
+ * one row. A block's dot product for 8 rows is then 8 vpmaddubsw (nibbles times one 4-byte
+ * activation group broadcast), summed in int16 (8 groups of at most 2 * 15 * 128 fit in
+ * 32767), widened once with vpmaddwd, and scaled once per block and token for all 8 rows:
+ * about 20 ops where the per-row kernels of quant.c take 48. Q8_0 weights (up to 255 once
+ * made unsigned) would overflow the int16 sums and keep the per-row kernels. */
+#include "avx2.h"
+
+#define IL_ROWS 8
+#define IL_C 4 /* tokens per register tile (8 weight registers + 4 accumulators), */
+#define IL_C2 2 /* then per leftover tile */
+#define IL_MIN_T 4
+
+/* One block of 8 interleaved rows: lane r of w[g] holds the 4 nibbles of row r that multiply
+ * activation bytes 4g .. 4g + 3; d[r] is row r's block scale. */
+typedef struct {
+    __m256i w[8];
+    __m256 d;
+} il_block;
+
+/* Raw qs dword g of a Q4_0 block holds elements 4g..4g+3 in its low nibbles and 16+4g.. in
+ * its high ones. Rows r and 4 + r share a register (128-bit lanes), so 4 x 4 dword transposes
+ * within lanes give dword g of rows 0..7 in order. Rows >= nr read as zero. */
+static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
+    const block_q4_0 *w = rows;
+    const int stride = nb; /* blocks per row */
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int b = 0; b < nb; b++) {
+        __m256i z[4];
+        for (int k = 0; k < 4; k++) {
+            const __m128i lo = k < nr ? _mm_loadu_si128((const __m128i *)w[k * stride + b].qs) : _mm_setzero_si128();
+            const __m128i hi = 4 + k < nr ? _mm_loadu_si128((const __m128i *)w[(4 + k) * stride + b].qs) : _mm_setzero_si128();
+            z[k] = _mm256_set_m128i(hi, lo);
+        }
+        const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+        const __m256i g[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                              _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+        for (int j = 0; j < 4; j++) {
+            dst[b].w[j] = _mm256_and_si256(g[j], m4);
+            dst[b].w[4 + j] = _mm256_and_si256(_mm256_srli_epi32(g[j], 4), m4);
+        }
+        rlxc_fp16 d[IL_ROWS] = {0};
+        for (int r = 0; r < nr; r++) d[r] = w[r * stride + b].d;
+        dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+    }
+}
+
+typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
+
+RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const int32_t *bias,
+                         const float *dx, int nb, int nr, const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[IL_C];
+    RLXC_UNROLL for (int t = 0; t < C; t++) acc[t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i w[8];
+        RLXC_UNROLL for (int g = 0; g < 8; g++) w[g] = _mm256_load_si256(&wp[b].w[g]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
+            const unaligned_i32 *q = (const unaligned_i32 *)x[(size_t)t * nb + b].qs;
+            __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(q[0]));
+            RLXC_UNROLL for (int g = 1; g < 8; g++)
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g], _mm256_set1_epi32(q[g])));
+            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(bias[t * nb + b]));
+            const __m256 scale = _mm256_mul_ps(wp[b].d, _mm256_set1_ps(dx[t * nb + b]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
+        }
+    }
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    RLXC_UNROLL for (int t = 0; t < C; t++) _mm256_maskstore_ps(y + (size_t)t * ldy, keep, acc[t]);
+}
+
+#include "il_gemm.h"
+
+void rlxc_matmul_q4_0_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q4_0), xq, N, K, T, pack_q4_0, 8))
+        rlxc_matmul_q4_0_rows_avx2(y, ldy, w, xq, N, K, T);
+}

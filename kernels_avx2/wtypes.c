@@ -1,0 +1,230 @@
+/* AVX2 kernels of the GGUF weight types beyond Q4_0/Q8_0 (scalar twins in
+ * csrc/kernels_wtypes.c): Q5_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K integer dots, and F16 /
+ * BF16 x float. The integer dots multiply unsigned weight quants by signed activations with
+ * maddubs and correct for the unsigned offset afterwards, once per token where possible:
+ * Q5_0 subtracts 16 * sum(x) per block, Q6_K 32 * sum_j sc[j] * sum(x over sub-block j) per
+ * super-block from Q8_K's sums of 16 (bsums), and Q4_K's mins use the same sums. Matvec tiles
+ * prefetch the next tile's rows as quant.c explains. */
+#include <string.h>
+
+#include "avx2.h"
+
+#define DEFINE_MATVEC(kind, wtype, xtype)                                              \
+    void rlxc_matvec_##kind##_avx2(float *y, const wtype *w, const xtype *xq, int N, int K) { \
+        rlxc_matmul_##kind##_avx2(y, N, w, xq, N, K, 1);                               \
+    }
+
+/* ---- Q5_0 ---- */
+
+/* The fifth bits as 0x10 in the byte of each element: element i is bit i of the word qh. */
+RLXC_INLINE __m256i q5_0_high(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    /* byte i <- byte i / 8 of qh, then keep its bit i % 8 */
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                                                 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* As quant.c's Q4_0 tile with 5-bit quants 0..31; the int16 pair sums stay within
+ * 2 * 31 * 128, so maddubs never saturates. */
+RLXC_INLINE void q5_0_tile(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *x, int nb, const int R,
+                           const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[TILE_MAX][TILE_MAX];
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q5_0));
+        __m256i q[TILE_MAX];
+        __m256 dw[TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            const block_q5_0 *wb = w + r * nb + b;
+            q[r] = _mm256_or_si256(rlxc_q4_nibbles256(wb->qs), q5_0_high(wb->qh));
+            dw[r] = _mm256_set1_ps(rlxc_h2f(wb->d));
+        }
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
+            const block_q8_0 *xb = x + t * nb + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
+            const __m256i x16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(16), xq), ones);
+            const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q[r], xq), ones), x16);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
+            }
+        }
+    }
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+}
+
+/* ---- Q4_K ---- */
+
+/* Sub-block j (32 quants) contributes sc[j] * (q . x) - m[j] * sum(x) at the super-block's
+ * scales d and dmin. The q . x pairs (maddubs: within 2 * 15 * 128) widen to int32 in the madd
+ * by (sc[j], sc[j]), broadcast from a dword; the whole super-block sums exactly in int32. */
+RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q8_k *x, int nb, const int R,
+                           const int C) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[TILE_MAX][TILE_MAX];
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_k));
+        __m256i sc[TILE_MAX];   /* sc[j] as int16, in both lanes */
+        __m128i mins[TILE_MAX];   /* m[j] as int16 */
+        __m256i sumi[TILE_MAX][TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            const __m128i sm = rlxc_q4_k_scales128(w[r * nb + b].scales);
+            sc[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
+        }
+        /* 64 quants per step: sub-block 2i in the low nibbles of 32 bytes, 2i + 1 in the high */
+        RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++)
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[r * nb + b].qs + 32 * i));
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i sl = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16((short)(0x0100 + 0x0202 * 2 * i)));
+                const __m256i sh = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * i + 1))));
+                RLXC_UNROLL for (int t = 0; t < C; t++) {
+                    const int8_t *xq = x[t * nb + b].qs + 64 * i;
+                    const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+                    const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(_mm256_madd_epi16(sl, pl),
+                                                                               _mm256_madd_epi16(sh, ph)));
+                }
+            }
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
+            const block_q8_k *xb = x + t * nb + b;
+            /* sums of x over each sub-block of 32 (within 32 * 127: int16) */
+            const __m128i xs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                              _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const block_q4_k *wb = w + r * nb + b;
+                const __m256i msum = _mm256_zextsi128_si256(_mm_madd_epi16(mins[r], xs)); /* 4 lanes, rest 0 */
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r][t]), _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d),
+                                            acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(rlxc_h2f(wb->dmin) * xb->d),
+                                             acc[r][t]);
+            }
+        }
+    }
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+}
+
+/* ---- Q6_K ---- */
+
+/* Quants 32v .. 32v+32 of a block (v = 4h + k), unsigned 0..63 (the -32 is applied through
+ * bsums): low 4 bits from ql, the top 2 from bits 2k, 2k+1 of qh (layout in kernels.h). */
+RLXC_INLINE __m256i q6_k_quants(const block_q6_k *b, const int v) {
+    const int h = v / 4, k = v % 4;
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
+    if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    hi = 2 * k <= 4 ? _mm256_slli_epi16(hi, 4 - 2 * k) : _mm256_srli_epi16(hi, 2 * k - 4); /* to bits 4, 5 */
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+}
+
+/* The int16 scales of quants 32v .. 32v+32: sc[2v] in the low lane, sc[2v+1] in the high. */
+RLXC_INLINE __m256i q6_k_scales(const block_q6_k *b, const int v) {
+    const __m128i pick = _mm_set_epi64x((long long)(2 * v + 1) * 0x0101010101010101ll,
+                                        (long long)(2 * v) * 0x0101010101010101ll);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), pick));
+}
+
+/* Per super-block: sum_j sc[j] * (q . x)_j over 16 sub-blocks of 16 (maddubs pairs within
+ * 2 * 63 * 128, the madd by the signed scales widens them), minus 32 * sum_j sc[j] * bsums[j],
+ * all exact in int32. */
+RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q8_k *x, int nb, const int R,
+                           const int C) {
+    __m256 acc[TILE_MAX][TILE_MAX];
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q6_k));
+        __m256i sumi[TILE_MAX][TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++)
+            RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
+        RLXC_UNROLL for (int v = 0; v < RLXC_QK_K / 32; v++)
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const block_q6_k *wb = w + r * nb + b;
+                const __m256i q = q6_k_quants(wb, v), s = q6_k_scales(wb, v);
+                RLXC_UNROLL for (int t = 0; t < C; t++) {
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[t * nb + b].qs + 32 * v));
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(s, _mm256_maddubs_epi16(q, xq)));
+                }
+            }
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            const block_q6_k *wb = w + r * nb + b;
+            /* 32 * sc[j] fits int16 (|sc| <= 128) */
+            const __m256i sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales)), 5);
+            RLXC_UNROLL for (int t = 0; t < C; t++) {
+                const block_q8_k *xb = x + t * nb + b;
+                const __m256i bias = _mm256_madd_epi16(sc32, _mm256_loadu_si256((const __m256i *)xb->bsums));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r][t], bias)),
+                                            _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d), acc[r][t]);
+            }
+        }
+    }
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+}
+
+/* ---- F16 / BF16 ---- */
+
+/* 8 weights widened to float: exact for both types. */
+RLXC_INLINE __m256 f16_load8(const rlxc_fp16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+RLXC_INLINE __m256 bf16_load8(const rlxc_bf16 *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+RLXC_INLINE float bf16_to_f32(rlxc_bf16 h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* As f32.c's tile, the weights widened on load: each serves C tokens. Here K is the tile's
+ * "nb" (one weight per block). */
+#define DEFINE_HALF_TILE(name, htype, load8, to_f32)                                                      \
+    RLXC_INLINE void name(float *y, int ldy, const htype *w, const float *x, int K, const int R, const int C) { \
+        __m256 acc[TILE_MAX][TILE_MAX];                                                                   \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                           \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                      \
+        int k = 0;                                                                                        \
+        for (; k + 8 <= K; k += 8) {                                                                      \
+            if (C == 1) rlxc_prefetch(w + R * K + R * k, R * 8 * sizeof(htype));                          \
+            __m256 xv[TILE_MAX];                                                                          \
+            RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);                \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                     \
+                const __m256 wv = load8(w + r * K + k);                                                   \
+                RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]); \
+            }                                                                                             \
+        }                                                                                                 \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                           \
+            RLXC_UNROLL for (int t = 0; t < C; t++) {                                                     \
+                float s = rlxc_hsum256(acc[r][t]);                                                        \
+                for (int j = k; j < K; j++) s += to_f32(w[r * K + j]) * x[t * K + j];                     \
+                y[t * ldy + r] = s;                                                                       \
+            }                                                                                             \
+    }
+
+DEFINE_HALF_TILE(f16_tile, rlxc_fp16, f16_load8, rlxc_h2f)
+DEFINE_HALF_TILE(bf16_tile, rlxc_bf16, bf16_load8, bf16_to_f32)
+
+/* ---- drivers (avx2.h): decode tiles of 4 rows; GEMM tiles of 2 rows x 3 tokens ---- */
+
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx2, block_q5_0, q5_0_tile, 4, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
+DEFINE_MATVEC(q5_0, block_q5_0, block_q8_0)
+DEFINE_MATVEC(q4_k, block_q4_k, block_q8_k)
+DEFINE_MATVEC(q6_k, block_q6_k, block_q8_k)
+DEFINE_MATVEC(f16, rlxc_fp16, float)
+DEFINE_MATVEC(bf16, rlxc_bf16, float)

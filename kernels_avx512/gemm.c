@@ -1,0 +1,120 @@
+/* AVX-512 VNNI GEMM for many tokens: 16 weight rows are interleaved so that one int32 lane
+ * holds one row. Then a block's whole dot product for 16 rows takes 8 vpdpbusd, each with
+ * one 4-byte activation group broadcast from memory, and the block scales are applied once
+ * per block and token for all 16 rows; the pair kernels of quant.c (one row per register)
+ * need a conversion, a multiply and an FMA per row, token and block pair instead.
+ *
+ * The interleaved copy of a 16-row tile is built once per chunk of tokens and reused by all
+ * of them; fewer tokens than IL_MIN_T do not pay for it and take the pair kernels. */
+#include "avx512.h"
+
+#define IL_ROWS 16
+#define IL_C 16 /* tokens per register tile, */
+#define IL_C2 4 /* then per leftover tile */
+#define IL_MIN_T 8
+
+/* One block of 16 interleaved rows: lane r of w[g] holds the 4 weight bytes of row r that
+ * multiply activation bytes 4g .. 4g + 3, made unsigned; d[r] is row r's block scale. */
+typedef struct {
+    __m512i w[8];
+    __m512 d;
+} il_block;
+
+/* 4 x 4 transposes of dwords within each 128-bit lane: lane l of z[k] holding row 4l + k
+ * gives lane l of z[g] holding dword g of rows 4l .. 4l + 3, i.e. z[g] = dword g of rows 0..15. */
+RLXC_INLINE void transpose4x4_epi32(__m512i z[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    z[0] = _mm512_unpacklo_epi64(t0, t2);
+    z[1] = _mm512_unpackhi_epi64(t0, t2);
+    z[2] = _mm512_unpacklo_epi64(t1, t3);
+    z[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* 16 bytes at p + r * stride for rows r = k, 4 + k, 8 + k, 12 + k in the four 128-bit lanes;
+ * rows >= nr read as zero. */
+RLXC_INLINE __m512i load_rows16(const void *rows, size_t stride, int k, int nr) {
+    const uint8_t *p = rows;
+    __m512i z = _mm512_setzero_si512();
+    for (int l = 0; l < 4; l++)
+        if (4 * l + k < nr)
+            z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + (4 * l + k) * stride)), l);
+    return z;
+}
+
+/* Block scales of 16 rows (stride in bytes), rows >= nr as zero. */
+RLXC_INLINE __m512 gather_scales(const void *d, size_t stride, int nr) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)stride));
+    /* 32-bit gathers at d + r * stride read 2 bytes past the scale, still inside the block */
+    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), (__mmask16)((1u << nr) - 1), idx, d, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* Q4_0: raw qs dword g holds elements 4g..4g+3 in its low nibbles, 16+4g.. in its high ones. */
+static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
+    const block_q4_0 *w = rows;
+    const size_t stride = (size_t)nb * sizeof(block_q4_0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int b = 0; b < nb; b++) {
+        __m512i z[4];
+        for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
+        transpose4x4_epi32(z);
+        for (int g = 0; g < 4; g++) {
+            dst[b].w[g] = _mm512_and_si512(z[g], m4);
+            dst[b].w[4 + g] = _mm512_and_si512(_mm512_srli_epi32(z[g], 4), m4);
+        }
+        dst[b].d = gather_scales(&w[b].d, stride, nr);
+    }
+}
+
+/* Q8_0: bytes made unsigned by flipping the sign bit (w + 128). */
+static void pack_q8_0(il_block *dst, const void *rows, int nb, int nr) {
+    const block_q8_0 *w = rows;
+    const size_t stride = (size_t)nb * sizeof(block_q8_0);
+    for (int b = 0; b < nb; b++) {
+        for (int h = 0; h < 2; h++) {
+            __m512i z[4];
+            for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs + 16 * h, stride, k, nr);
+            transpose4x4_epi32(z);
+            for (int g = 0; g < 4; g++) dst[b].w[4 * h + g] = _mm512_xor_si512(z[g], _mm512_set1_epi8((char)0x80));
+        }
+        dst[b].d = gather_scales(&w[b].d, stride, nr);
+    }
+}
+
+typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
+
+/* 16 rows x C tokens: y[t * ldy + r] for r < nr. bias[t * nb + b] = -weight_bias * sum of
+ * token t's block b, dx its scale. */
+RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const int32_t *bias,
+                         const float *dx, int nb, int nr, const int C) {
+    __m512 acc[IL_C];
+    RLXC_UNROLL for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i w[8];
+        RLXC_UNROLL for (int g = 0; g < 8; g++) w[g] = _mm512_load_si512(&wp[b].w[g]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
+            const unaligned_i32 *q = (const unaligned_i32 *)x[(size_t)t * nb + b].qs;
+            __m512i s = _mm512_set1_epi32(bias[t * nb + b]);
+            RLXC_UNROLL for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], _mm512_set1_epi32(q[g]));
+            const __m512 scale = _mm512_mul_ps(wp[b].d, _mm512_set1_ps(dx[t * nb + b]));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+        }
+    }
+    RLXC_UNROLL for (int t = 0; t < C; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, (__mmask16)((1u << nr) - 1), acc[t]);
+}
+
+#include "../kernels_avx2/il_gemm.h"
+
+void rlxc_matmul_q4_0_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q4_0), xq, N, K, T,
+                                 pack_q4_0, 8))
+        rlxc_matmul_q4_0_pairs_avx512(y, ldy, w, xq, N, K, T);
+}
+
+void rlxc_matmul_q8_0_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q8_0), xq, N, K, T,
+                                 pack_q8_0, 128))
+        rlxc_matmul_q8_0_pairs_avx512(y, ldy, w, xq, N, K, T);
+}

@@ -1,0 +1,179 @@
+/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_K and Q6_K dots of kernels_avx2/wtypes.c: the
+ * same arithmetic with fewer instructions, which is what these compute-bound kernels need.
+ * Q4_K and Q6_K take 64 quants per register and fold the scale into the widening step
+ * (vpdpwssd: int16 pairs times the int16 scale, accumulated in int32); Q5_0 sets its fifth
+ * bit with a byte mask straight from qh and takes vpdpbusd for maddubs + madd + add. The
+ * unsigned-offset corrections of the AVX2 kernels become the initial int32 accumulators. */
+#include <string.h>
+
+#include "avx512.h"
+
+/* ---- Q5_0 (256-bit) ---- */
+
+RLXC_INLINE void q5_0_tile(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *x, int nb, const int R,
+                           const int C) {
+    __m256 acc[TILE_MAX][TILE_MAX];
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q5_0));
+        __m256i q[TILE_MAX];
+        __m256 dw[TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            const block_q5_0 *wb = w + r * nb + b;
+            const __m256i nib = rlxc_q4_nibbles256(wb->qs);
+            uint32_t qh;
+            memcpy(&qh, wb->qh, sizeof qh);
+            q[r] = _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
+            dw[r] = _mm256_set1_ps(rlxc_h2f(wb->d));
+        }
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
+            const block_q8_0 *xb = x + t * nb + b;
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
+            /* -16 * sum(x) per 4-byte group: the dots start from it */
+            const __m256i bias = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                  _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), xq));
+            const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const __m256i dot = _mm256_dpbusd_epi32(bias, q[r], xq);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
+            }
+        }
+    }
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+}
+
+/* ---- Q4_K ---- */
+
+/* Quants 64i .. 64i+64: sub-block 2i (low nibbles of qs[32i ..]) in the low 256 bits, 2i + 1
+ * (the high nibbles) in the high 256 bits, matching one contiguous load of the activations. */
+RLXC_INLINE __m512i q4_k_quants(const uint8_t *qs) {
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
+    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), _mm512_set1_epi8(0x0F));
+}
+
+/* Sub-block j contributes sc[j] * (q . x) - m[j] * sum(x): the q . x pairs (maddubs, within
+ * 2 * 15 * 128) times sc[j] accumulate in int32 with vpdpwssd; the mins as in AVX2. */
+RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q8_k *x, int nb, const int R,
+                           const int C) {
+    __m512 acc[TILE_MAX][TILE_MAX];
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_k));
+        __m512i sc[TILE_MAX]; /* sc[0..8) as int16 in every 128-bit lane */
+        __m128i mins[TILE_MAX];
+        __m512i sumi[TILE_MAX][TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            const __m128i sm = rlxc_q4_k_scales128(w[r * nb + b].scales);
+            sc[r] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+            mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm512_setzero_si512();
+        }
+        RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++) {
+            /* word 2i of each lane in the low 256 bits, word 2i + 1 in the high */
+            const __m512i pick = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * i)),
+                                                         _mm512_set1_epi16((short)(0x0100 + 0x0202 * (2 * i + 1))));
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const __m512i q = q4_k_quants(w[r * nb + b].qs + 32 * i), s = _mm512_shuffle_epi8(sc[r], pick);
+                RLXC_UNROLL for (int t = 0; t < C; t++) {
+                    const __m512i xq = _mm512_loadu_si512(x[t * nb + b].qs + 64 * i);
+                    sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);
+                }
+            }
+        }
+        RLXC_UNROLL for (int t = 0; t < C; t++) {
+            const block_q8_k *xb = x + t * nb + b;
+            const __m128i xs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                              _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const block_q4_k *wb = w + r * nb + b;
+                const __m512i msum = _mm512_zextsi128_si512(_mm_madd_epi16(mins[r], xs));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]), _mm512_set1_ps(rlxc_h2f(wb->d) * xb->d),
+                                            acc[r][t]);
+                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(rlxc_h2f(wb->dmin) * xb->d),
+                                             acc[r][t]);
+            }
+        }
+    }
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* ---- Q6_K ---- */
+
+/* Quants 64u .. 64u+64 (u = 2h + n), unsigned 0..63: the low (n = 0) or high (n = 1) nibbles
+ * of ql[64h .. 64h+64], and from qh[32h .. 32h+32] bit pairs 2n (low 256 bits: elements k = 2n)
+ * and 2n + 1 (high: k = 2n + 1), moved to bits 4, 5 (layout in kernels.h). */
+RLXC_INLINE __m512i q6_k_quants(const block_q6_k *b, const int u) {
+    const int h = u / 2, n = u % 2;
+    __m512i lo = _mm512_loadu_si512(b->ql + 64 * h);
+    if (n) lo = _mm512_srli_epi16(lo, 4);
+    lo = _mm512_and_si512(lo, _mm512_set1_epi8(0x0F));
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+    const __m512i hi = n ? _mm512_srlv_epi16(qh, _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(0), _mm512_set1_epi16(2)))
+                         : _mm512_sllv_epi16(qh, _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(4), _mm512_set1_epi16(2)));
+    return _mm512_ternarylogic_epi32(hi, _mm512_set1_epi8(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
+}
+
+/* Per super-block: 32 * sum_j sc[j] * bsums[j] is subtracted first (the initial accumulator),
+ * then each 64 quants add sc[j] * (q . x)_j for their four sub-blocks of 16 (maddubs pairs
+ * within 2 * 63 * 128, widened by vpdpwssd with the signed scales). */
+RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q8_k *x, int nb, const int R,
+                           const int C) {
+    __m512 acc[TILE_MAX][TILE_MAX];
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q6_k));
+        __m512i sc[TILE_MAX]; /* the 16 scales as int16 in the low 256 bits */
+        __m512i sumi[TILE_MAX][TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[r * nb + b].scales));
+            sc[r] = _mm512_castsi256_si512(s16);
+            RLXC_UNROLL for (int t = 0; t < C; t++) {
+                const __m256i bias = _mm256_madd_epi16(_mm256_slli_epi16(s16, 5), /* 32 * sc fits int16 */
+                                                       _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums));
+                sumi[r][t] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), bias));
+            }
+        }
+        RLXC_UNROLL for (int u = 0; u < RLXC_QK_K / 64; u++) {
+            /* sub-block 4u + l's scale in 128-bit lane l */
+            const __m512i pick = _mm512_setr_epi64(0x0001000100010001ll * (4 * u), 0x0001000100010001ll * (4 * u),
+                                                   0x0001000100010001ll * (4 * u + 1), 0x0001000100010001ll * (4 * u + 1),
+                                                   0x0001000100010001ll * (4 * u + 2), 0x0001000100010001ll * (4 * u + 2),
+                                                   0x0001000100010001ll * (4 * u + 3), 0x0001000100010001ll * (4 * u + 3));
+            RLXC_UNROLL for (int r = 0; r < R; r++) {
+                const __m512i q = q6_k_quants(w + r * nb + b, u), s = _mm512_permutexvar_epi16(pick, sc[r]);
+                RLXC_UNROLL for (int t = 0; t < C; t++) {
+                    const __m512i xq = _mm512_loadu_si512(x[t * nb + b].qs + 64 * u);
+                    sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);
+                }
+            }
+        }
+        RLXC_UNROLL for (int r = 0; r < R; r++)
+            RLXC_UNROLL for (int t = 0; t < C; t++)
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]),
+                                            _mm512_set1_ps(rlxc_h2f(w[r * nb + b].d) * x[t * nb + b].d), acc[r][t]);
+    }
+    RLXC_UNROLL for (int r = 0; r < R; r++)
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* Decode tiles of 4 rows; GEMM tiles of 4 rows x 3 tokens (32 registers). */
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
+
+void rlxc_matvec_q5_0_avx512(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K) {
+    rlxc_matmul_q5_0_avx512(y, N, w, xq, N, K, 1);
+}
+
+void rlxc_matvec_q4_k_avx512(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K) {
+    rlxc_matmul_q4_k_avx512(y, N, w, xq, N, K, 1);
+}
+
+void rlxc_matvec_q6_k_avx512(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K) {
+    rlxc_matmul_q6_k_avx512(y, N, w, xq, N, K, 1);
+}

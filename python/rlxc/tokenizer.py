@@ -1,0 +1,631 @@
+"""Tokenizers for real models: from a GGUF file's ``tokenizer.ggml.*`` metadata or a Hugging Face
+folder's tokenizer files, with the chat template when there is one. No network.
+
+* GGUF ``tokenizer.ggml.model == "llama"`` (SentencePiece-style: tokens, scores, token types):
+  :class:`SPMTokenizer`, a re-implementation of llama.cpp's SPM tokenizer (``llama-vocab.cpp``):
+  special / user-defined tokens are split off first (longest first, user-defined tokens always,
+  control tokens only with ``parse_special=True``), then each text fragment has its spaces
+  escaped to ``▁`` and is merged bigram by bigram, highest score first (ties: leftmost), with
+  ``<0xXX>`` byte fallback. Its ids equal ``llama_cpp.Llama(...).tokenize``.
+* GGUF ``"gpt2"`` (byte-level BPE with merges): built with the ``tokenizers`` package, with the
+  pre-tokenizer regex llama.cpp uses for ``tokenizer.ggml.pre`` (llama3, qwen2, gpt2 and
+  similar; an unknown one falls back to GPT-2's with a warning).
+* A folder with ``tokenizer.json``: :class:`HFTokenizer` over ``tokenizers`` plus
+  ``tokenizer_config.json`` (special tokens, BOS/EOS, chat template) and ``generation_config.json``
+  (EOS ids).
+
+Every tokenizer has ``encode``, ``decode``, ``bos_id``, ``eos_id``, ``eog_ids`` (ids that end a
+generation), ``chat_template`` and ``apply_chat_template``, and ``decoder()`` for streaming text.
+"""
+
+from __future__ import annotations
+
+import codecs
+import heapq
+import json
+import os
+import warnings
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["Tokenizer", "SPMTokenizer", "BPETokenizer", "HFTokenizer", "from_gguf_metadata", "from_folder", "load",
+           "StreamDecoder"]
+
+# llama.cpp token types (gguf TokenType)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+# attribute bits (llama_token_attr)
+A_UNDEFINED, A_UNKNOWN, A_UNUSED, A_NORMAL, A_CONTROL, A_USER_DEFINED, A_BYTE = 0, 1, 2, 4, 8, 16, 32
+A_LSTRIP, A_RSTRIP = 128, 256
+_TYPE_ATTR = {0: A_UNDEFINED, NORMAL: A_NORMAL, UNKNOWN: A_UNKNOWN, CONTROL: A_CONTROL, USER_DEFINED: A_USER_DEFINED,
+              UNUSED: A_UNUSED, BYTE: A_BYTE}
+# token texts llama.cpp treats as end-of-generation (and forces to CONTROL)
+_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+              "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>", "<|calls|>",
+              "<|flush|>")
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", errors="surrogateescape")
+
+
+class StreamDecoder:
+    """Turns token ids into text pieces as they come, holding back incomplete UTF-8 sequences."""
+
+    def __init__(self, tok: "Tokenizer", skip_special: bool = True) -> None:
+        self.tok = tok
+        self.skip_special = skip_special
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._first = True
+
+    def push(self, token_id: int) -> str:
+        b = self.tok.token_bytes(int(token_id), special=not self.skip_special)
+        if self._first and b:
+            b = self.tok._strip_first(b)
+            self._first = False
+        return self._dec.decode(b)
+
+    def flush(self) -> str:
+        return self._dec.decode(b"", final=True)
+
+
+class Tokenizer:
+    """Common interface: see the module docstring."""
+
+    vocab_size: int = 0
+    bos_id: int | None = None
+    eos_id: int | None = None
+    eog_ids: frozenset = frozenset()
+    add_bos: bool = False
+    add_eos: bool = False
+    chat_template: str | None = None
+    bos_token: str = ""
+    eos_token: str = ""
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        raise NotImplementedError
+
+    def __call__(self, text: str, **kw: Any) -> list[int]:
+        return self.encode(text, **kw)
+
+    def token_bytes(self, token_id: int, special: bool = False) -> bytes:
+        """The bytes token ``token_id`` stands for (b"" for control tokens unless ``special``)."""
+        raise NotImplementedError
+
+    def _strip_first(self, b: bytes) -> bytes:
+        return b
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        d = StreamDecoder(self, skip_special)
+        return "".join(d.push(i) for i in ids) + d.flush()
+
+    def decoder(self, skip_special: bool = True) -> StreamDecoder:
+        """A :class:`StreamDecoder` (``push(id) -> str``, ``flush() -> str``)."""
+        return StreamDecoder(self, skip_special)
+
+    def is_eog(self, token_id: int) -> bool:
+        return int(token_id) in self.eog_ids
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                            tokenize: bool = False, chat_template: str | None = None, **kw: Any) -> Any:
+        """Render ``messages`` ([{"role": ..., "content": ...}]) with the model's chat template (Jinja,
+        sandboxed, as transformers renders it). ``tokenize=True`` returns ids (the template
+        writes the BOS itself, so none is added, and special tokens in it are parsed)."""
+        tmpl = chat_template or self.chat_template
+        if not tmpl:
+            raise ValueError("this tokenizer has no chat template (tokenizer.chat_template / chat_template in "
+                             "tokenizer_config.json); pass chat_template=")
+        text = _render_chat(tmpl, list(messages), add_generation_prompt=add_generation_prompt,
+                            bos_token=self.bos_token, eos_token=self.eos_token, **kw)
+        if not tokenize:
+            return text
+        return self.encode(text, add_special=False, parse_special=True)
+
+
+def _render_chat(template: str, messages: list, **kw: Any) -> str:
+    try:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:  # pragma: no cover
+        raise ImportError("chat templates need the jinja2 package") from None
+
+    def raise_exception(msg: str) -> None:
+        raise jinja2.exceptions.TemplateError(msg)
+
+    def strftime_now(fmt: str) -> str:
+        import datetime
+        return datetime.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, separators=None, sort_keys=False: json.dumps(
+        x, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env.from_string(template).render(messages=messages, **kw)
+
+
+# ============================================================================ llama.cpp SPM
+
+class SPMTokenizer(Tokenizer):
+    """llama.cpp's SentencePiece-style ("llama") tokenizer over GGUF tokens / scores / types."""
+
+    def __init__(self, tokens: Sequence[str], scores: Sequence[float] | None, types: Sequence[int] | None, *,
+                 bos_id: int | None = None, eos_id: int | None = None, unk_id: int | None = None,
+                 eot_id: int | None = None, eom_id: int | None = None, add_bos: bool = True, add_eos: bool = False,
+                 add_space_prefix: bool = True, chat_template: str | None = None, model_name: str = "",
+                 pad_id: int | None = None) -> None:
+        n = len(tokens)
+        self.vocab_size = n
+        self.tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        self.scores = np.asarray(scores if scores is not None else np.zeros(n), np.float32).tolist()
+        types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int64).tolist()
+        self.attrs = [_TYPE_ATTR.get(t, A_UNDEFINED) for t in types]
+        self.token_to_id: dict[str, int] = {}
+        for i, t in enumerate(self.tokens):
+            self.token_to_id[t] = i  # the last duplicate wins, as in llama.cpp
+        self.bos_id, self.eos_id, self.unk_id, self.pad_id = bos_id, eos_id, unk_id, pad_id
+        self.add_bos, self.add_eos, self.add_space_prefix = bool(add_bos), bool(add_eos), bool(add_space_prefix)
+        self.chat_template = chat_template
+        eog = {x for x in (eos_id, eot_id, eom_id) if x is not None and 0 <= x < n}
+        for t in _EOG_TEXTS:
+            i = self.token_to_id.get(t)
+            if i is not None:
+                eog.add(i)
+                if not self.attrs[i] & A_CONTROL:
+                    self.attrs[i] = A_CONTROL
+        self.eog_ids = frozenset(eog)
+        special = [i for i, a in enumerate(self.attrs) if a & (A_CONTROL | A_USER_DEFINED | A_UNKNOWN)]
+        if any(k in model_name.lower() for k in ("phi-3", "phi3")):  # llama.cpp's Phi-3 attribute hack
+            for i in special:
+                self.attrs[i] |= A_RSTRIP
+            for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+                i = self.token_to_id.get(t)
+                if i is not None:
+                    self.attrs[i] = (self.attrs[i] | A_RSTRIP) if on else (self.attrs[i] & ~A_RSTRIP)
+        # longest first (llama.cpp sorts by byte length; ties keep id order here)
+        self._special = sorted(special, key=lambda i: -len(_utf8(self.tokens[i])))
+        self.bos_token = self.tokens[bos_id] if bos_id is not None and 0 <= bos_id < n else ""
+        self.eos_token = self.tokens[eos_id] if eos_id is not None and 0 <= eos_id < n else ""
+        self._byte_ids: dict[int, int] = {}
+        for b in range(256):
+            i = self.token_to_id.get(f"<0x{b:02X}>")
+            if i is None:
+                i = self.token_to_id.get(chr(b)) if b < 128 else None
+            if i is not None:
+                self._byte_ids[b] = i
+
+    # ------------------------------------------------------------------ encode
+    def _partition(self, text: str, parse_special: bool) -> list[Any]:
+        frags: list[Any] = [text]  # str = raw text, int = token id
+        for sid in self._special:
+            a = self.attrs[sid]
+            if not parse_special and a & (A_CONTROL | A_UNKNOWN):
+                continue
+            st = self.tokens[sid]
+            if st not in text:
+                continue
+            out: list[Any] = []
+            for fr in frags:
+                if isinstance(fr, int) or st not in fr:
+                    out.append(fr)
+                    continue
+                pos = 0
+                while True:
+                    m = fr.find(st, pos)
+                    if m < 0:
+                        break
+                    left = fr[pos:m]
+                    if a & A_LSTRIP:
+                        left = left.rstrip(_C_SPACE)
+                    if left:
+                        out.append(left)
+                    out.append(sid)
+                    pos = m + len(st)
+                    if a & A_RSTRIP:
+                        while pos < len(fr) and fr[pos] in _C_SPACE:
+                            pos += 1
+                rest = fr[pos:]
+                if rest:
+                    out.append(rest)
+            frags = out
+        return frags
+
+    def _spm(self, text: str, out: list[int]) -> None:
+        n = len(text)
+        if n == 0:
+            return
+        # symbols: start, length (chars), prev, next
+        start = list(range(n))
+        length = [1] * n
+        prev = list(range(-1, n - 1))
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        heap: list[tuple[float, int, int, int]] = []
+        rev_merge: dict[str, tuple[int, int]] = {}
+        t2i, scores = self.token_to_id, self.scores
+
+        def try_add(left: int, right: int) -> None:
+            if left == -1 or right == -1:
+                return
+            s = text[start[left]:start[left] + length[left] + length[right]]
+            tid = t2i.get(s)
+            if tid is None:
+                return
+            heapq.heappush(heap, (-scores[tid], left, right, len(s)))
+            rev_merge[s] = (left, right)
+
+        for i in range(1, n):
+            try_add(i - 1, i)
+        while heap:
+            _, left, right, size = heapq.heappop(heap)
+            if length[left] == 0 or length[right] == 0 or length[left] + length[right] != size:
+                continue
+            length[left] += length[right]
+            length[right] = 0
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prev[nxt[right]] = left
+            try_add(prev[left], left)
+            try_add(left, nxt[left])
+
+        def resegment(i: int) -> None:
+            s = text[start[i]:start[i] + length[i]]
+            tid = t2i.get(s)
+            if tid is not None:
+                out.append(tid)
+                return
+            p = rev_merge.get(s)
+            if p is None:
+                for b in _utf8(s):
+                    bid = self._byte_ids.get(b)
+                    if bid is None:
+                        raise ValueError(f"tokenizer: no token for byte 0x{b:02X} (and no byte fallback)")
+                    out.append(bid)
+                return
+            resegment(p[0])
+            resegment(p[1])
+
+        i = 0
+        while i != -1:
+            resegment(i)
+            i = nxt[i]
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text`` as llama.cpp's ``llama_tokenize(text, add_special, parse_special)``."""
+        out: list[int] = []
+        is_prev_special = True
+        if add_special and self.add_bos and self.bos_id is not None:
+            out.append(self.bos_id)
+        for fr in self._partition(text, parse_special):
+            if isinstance(fr, int):
+                out.append(fr)
+                is_prev_special = True
+                continue
+            s = (" " if self.add_space_prefix and is_prev_special else "") + fr
+            self._spm(s.replace(" ", "\u2581"), out)
+            is_prev_special = False
+        if add_special and self.add_eos and self.eos_id is not None:
+            out.append(self.eos_id)
+        return out
+
+    # ------------------------------------------------------------------ decode
+    def token_bytes(self, token_id: int, special: bool = False) -> bytes:
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} out of range [0, {self.vocab_size})")
+        a = self.attrs[token_id]
+        if not special and a & (A_UNKNOWN | A_CONTROL):
+            return b""
+        t = self.tokens[token_id]
+        if a & (A_UNKNOWN | A_CONTROL | A_USER_DEFINED):
+            return _utf8(t)
+        if a & A_NORMAL:
+            return _utf8(t.replace("\u2581", " "))
+        if a & A_BYTE:
+            return bytes([int(t[3:5], 16)]) if t.startswith("<0x") else _utf8(t)
+        return b""
+
+    def _strip_first(self, b: bytes) -> bytes:
+        return b[1:] if self.add_space_prefix and b.startswith(b" ") else b
+
+    def gguf_metadata(self) -> dict[str, tuple[Any, int, int | None]]:
+        """The ``tokenizer.ggml.*`` keys that rebuild this tokenizer: key -> (value, type, elem type)."""
+        inv = {v: k for k, v in _TYPE_ATTR.items()}
+        md: dict[str, tuple[Any, int, int | None]] = {
+            "tokenizer.ggml.model": ("llama", 8, None),
+            "tokenizer.ggml.tokens": (self.tokens, 9, 8),
+            "tokenizer.ggml.scores": (np.asarray(self.scores, np.float32), 9, 6),
+            "tokenizer.ggml.token_type": (np.array([inv.get(a & 0x7F, NORMAL) for a in self.attrs], np.int32), 9, 5),
+            "tokenizer.ggml.add_bos_token": (self.add_bos, 7, None),
+            "tokenizer.ggml.add_eos_token": (self.add_eos, 7, None),
+            "tokenizer.ggml.add_space_prefix": (self.add_space_prefix, 7, None),
+        }
+        for key, v in (("bos", self.bos_id), ("eos", self.eos_id), ("unknown", self.unk_id),
+                       ("padding", self.pad_id)):
+            if v is not None:
+                md[f"tokenizer.ggml.{key}_token_id"] = (int(v), 4, None)
+        if self.chat_template:
+            md["tokenizer.chat_template"] = (self.chat_template, 8, None)
+        return md
+
+    def __repr__(self) -> str:
+        return (f"SPMTokenizer({self.vocab_size} tokens, bos={self.bos_id}, eos={self.eos_id}, "
+                f"eog={sorted(self.eog_ids)}, chat_template={'yes' if self.chat_template else 'no'})")
+
+
+# ============================================================================ byte-level BPE (tokenizers)
+
+_GPT2_RE = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+_LLAMA3_RE = (r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+              r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+_QWEN2_RE = (r"""(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+             r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+_PRE_RE = {"llama3": [_LLAMA3_RE], "llama-v3": [_LLAMA3_RE], "llama-bpe": [_LLAMA3_RE], "smaug-bpe": [_LLAMA3_RE],
+           "qwen2": [_QWEN2_RE], "deepseek-r1-qwen": [_QWEN2_RE], "default": [_GPT2_RE], "gpt2": [_GPT2_RE],
+           "gpt-2": [_GPT2_RE], "phi-2": [_GPT2_RE], "stablelm2": [_GPT2_RE], "olmo": [_GPT2_RE],
+           "starcoder": [r"\p{N}", _GPT2_RE], "refact": [r"\p{N}", _GPT2_RE], "smollm": [r"\p{N}", _GPT2_RE]}
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE (GGUF ``"gpt2"`` tokenizers) on the ``tokenizers`` package."""
+
+    def __init__(self, tokens: Sequence[str], merges: Sequence[str], types: Sequence[int] | None, pre: str, *,
+                 bos_id: int | None = None, eos_id: int | None = None, eot_id: int | None = None,
+                 eom_id: int | None = None, add_bos: bool = False, add_eos: bool = False,
+                 chat_template: str | None = None, pad_id: int | None = None, unk_id: int | None = None) -> None:
+        from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+        from tokenizers import Tokenizer as _T
+
+        self.tokens = list(tokens)
+        n = self.vocab_size = len(self.tokens)
+        types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int64).tolist()
+        self.types = types
+        self.merges = list(merges)
+        self.pre = pre or "default"
+        vocab = {t: i for i, t in enumerate(self.tokens)}
+        mlist = []
+        for m in self.merges:
+            a, sep, b = m.partition(" ")
+            if not sep:
+                raise ValueError(f"tokenizer: bad merge {m!r}")
+            mlist.append((a, b))
+        ignore = self.pre in ("llama3", "llama-v3", "llama-bpe")
+        model = models.BPE(vocab=vocab, merges=mlist, ignore_merges=ignore)
+        t = _T(model)
+        pats = _PRE_RE.get(self.pre)
+        if pats is None:
+            warnings.warn(f"tokenizer.ggml.pre={self.pre!r} is not known to rlxc: using GPT-2's pre-tokenizer "
+                          "(ids may differ from llama.cpp's)", stacklevel=3)
+            pats = [_GPT2_RE]
+        t.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in pats]
+            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        t.decoder = decoders.ByteLevel()
+        added = [AddedToken(self.tokens[i], special=types[i] == CONTROL, normalized=False)
+                 for i in range(n) if types[i] in (CONTROL, USER_DEFINED)]
+        if added:
+            t.add_tokens(added)
+        self._tk = t
+        self.bos_id, self.eos_id, self.pad_id, self.unk_id = bos_id, eos_id, pad_id, unk_id
+        self.add_bos, self.add_eos = bool(add_bos), bool(add_eos)
+        self.chat_template = chat_template
+        eog = {x for x in (eos_id, eot_id, eom_id) if x is not None and 0 <= x < n}
+        eog |= {vocab[t] for t in _EOG_TEXTS if t in vocab}
+        self.eog_ids = frozenset(eog)
+        self.bos_token = self.tokens[bos_id] if bos_id is not None and 0 <= bos_id < n else ""
+        self.eos_token = self.tokens[eos_id] if eos_id is not None and 0 <= eos_id < n else ""
+        from tokenizers.pre_tokenizers import ByteLevel
+        self._u2b = {c: b for b, c in _bytes_to_unicode().items()}
+        del ByteLevel
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        self._tk.encode_special_tokens = not parse_special
+        ids = self._tk.encode(text, add_special_tokens=False).ids
+        if add_special and self.add_bos and self.bos_id is not None:
+            ids = [self.bos_id] + ids
+        if add_special and self.add_eos and self.eos_id is not None:
+            ids = ids + [self.eos_id]
+        return ids
+
+    def token_bytes(self, token_id: int, special: bool = False) -> bytes:
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} out of range [0, {self.vocab_size})")
+        ty = self.types[token_id]
+        t = self.tokens[token_id]
+        if ty == CONTROL:
+            return _utf8(t) if special else b""
+        if ty == USER_DEFINED:
+            return _utf8(t)
+        try:
+            return bytes(self._u2b[c] for c in t)
+        except KeyError:
+            return _utf8(t)
+
+    def gguf_metadata(self) -> dict[str, tuple[Any, int, int | None]]:
+        md: dict[str, tuple[Any, int, int | None]] = {
+            "tokenizer.ggml.model": ("gpt2", 8, None), "tokenizer.ggml.pre": (self.pre, 8, None),
+            "tokenizer.ggml.tokens": (self.tokens, 9, 8),
+            "tokenizer.ggml.token_type": (np.asarray(self.types, np.int32), 9, 5),
+            "tokenizer.ggml.merges": (self.merges, 9, 8),
+            "tokenizer.ggml.add_bos_token": (self.add_bos, 7, None),
+        }
+        for key, v in (("bos", self.bos_id), ("eos", self.eos_id), ("padding", self.pad_id)):
+            if v is not None:
+                md[f"tokenizer.ggml.{key}_token_id"] = (int(v), 4, None)
+        if self.chat_template:
+            md["tokenizer.chat_template"] = (self.chat_template, 8, None)
+        return md
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer({self.vocab_size} tokens, pre={self.pre!r}, bos={self.bos_id}, eos={self.eos_id})"
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+# ============================================================================ HF folder
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizer.json`` (``tokenizers``) with tokenizer_config / generation_config."""
+
+    def __init__(self, folder: str) -> None:
+        from tokenizers import Tokenizer as _T
+
+        path = os.path.join(folder, "tokenizer.json")
+        if not os.path.exists(path):
+            if os.path.exists(os.path.join(folder, "tokenizer.model")):
+                raise NotImplementedError(f"{folder}: only tokenizer.json is supported (found a SentencePiece "
+                                          "tokenizer.model without tokenizer.json)")
+            raise FileNotFoundError(f"{folder}: no tokenizer.json")
+        try:
+            self._tk = _T.from_file(path)
+        except Exception as e:  # tokenizers raises its own Exception type
+            raise ValueError(f"{path}: cannot be read ({e})") from None
+        self.vocab_size = self._tk.get_vocab_size(with_added_tokens=True)
+        cfg = _read_json(os.path.join(folder, "tokenizer_config.json"))
+        gen = _read_json(os.path.join(folder, "generation_config.json"))
+        mcfg = _read_json(os.path.join(folder, "config.json"))
+
+        def tok_text(v: Any) -> str | None:
+            if isinstance(v, dict):
+                return v.get("content")
+            return v if isinstance(v, str) else None
+
+        self.bos_token = tok_text(cfg.get("bos_token")) or ""
+        self.eos_token = tok_text(cfg.get("eos_token")) or ""
+        self.bos_id = self._tk.token_to_id(self.bos_token) if self.bos_token else mcfg.get("bos_token_id")
+        self.eos_id = self._tk.token_to_id(self.eos_token) if self.eos_token else None
+        eos = gen.get("eos_token_id", mcfg.get("eos_token_id"))
+        eog = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.eos_id is None and eog:
+            self.eos_id = min(eog)
+        if self.eos_id is not None:
+            eog.add(self.eos_id)
+        for t in _EOG_TEXTS:
+            i = self._tk.token_to_id(t)
+            if i is not None:
+                eog.add(i)
+        self.eog_ids = frozenset(int(x) for x in eog if x is not None)
+        probe = self._tk.encode("a", add_special_tokens=True).ids
+        self.add_bos = bool(self.bos_id is not None and probe and probe[0] == self.bos_id)
+        self.add_eos = bool(self.eos_id is not None and probe and probe[-1] == self.eos_id and len(probe) > 1)
+        tmpl = cfg.get("chat_template")
+        jpath = os.path.join(folder, "chat_template.jinja")
+        if tmpl is None and os.path.exists(jpath):
+            with open(jpath, encoding="utf-8") as f:
+                tmpl = f.read()
+        if isinstance(tmpl, list):  # named templates: take "default"
+            tmpl = next((t["template"] for t in tmpl if t.get("name") == "default"), None)
+        self.chat_template = tmpl
+        self._special = {i for i, t in self._tk.get_added_tokens_decoder().items() if t.special}
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        self._tk.encode_special_tokens = not parse_special
+        return self._tk.encode(text, add_special_tokens=add_special).ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def token_bytes(self, token_id: int, special: bool = False) -> bytes:
+        if token_id in self._special and not special:
+            return b""
+        return _utf8(self._tk.decode([int(token_id)], skip_special_tokens=not special))
+
+    def decoder(self, skip_special: bool = True) -> "_PrefixDecoder":
+        return _PrefixDecoder(self, skip_special)
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({self.vocab_size} tokens, bos={self.bos_id}, eos={self.eos_id}, eog={sorted(self.eog_ids)})"
+
+
+class _PrefixDecoder:
+    """Streaming for tokenizers whose pieces depend on context: decode all, emit the new suffix
+    once it no longer ends in an incomplete character."""
+
+    def __init__(self, tok: HFTokenizer, skip_special: bool) -> None:
+        self.tok, self.skip, self.ids, self.sent = tok, skip_special, [], 0
+
+    def push(self, token_id: int) -> str:
+        self.ids.append(int(token_id))
+        text = self.tok.decode(self.ids, self.skip)
+        if text.endswith("\ufffd"):
+            return ""
+        new = text[self.sent:]
+        self.sent = len(text)
+        return new
+
+    def flush(self) -> str:
+        text = self.tok.decode(self.ids, self.skip)
+        new = text[self.sent:]
+        self.sent = len(text)
+        return new
+
+
+def _read_json(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    return d if isinstance(d, dict) else {}
+
+
+# ============================================================================ factories
+
+def _opt_int(md: Mapping[str, Any], key: str) -> int | None:
+    v = md.get(key)
+    return None if v is None else int(v)
+
+
+def from_gguf_metadata(md: Mapping[str, Any]) -> Tokenizer | None:
+    """The tokenizer described by a GGUF file's metadata (None when it has none)."""
+    kind = md.get("tokenizer.ggml.model")
+    if kind is None or kind in ("none", "no_vocab"):
+        return None
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise ValueError("GGUF tokenizer metadata lacks tokenizer.ggml.tokens")
+    common = dict(bos_id=_opt_int(md, "tokenizer.ggml.bos_token_id"), eos_id=_opt_int(md, "tokenizer.ggml.eos_token_id"),
+                  eot_id=_opt_int(md, "tokenizer.ggml.eot_token_id"), eom_id=_opt_int(md, "tokenizer.ggml.eom_token_id"),
+                  chat_template=md.get("tokenizer.chat_template"), pad_id=_opt_int(md, "tokenizer.ggml.padding_token_id"),
+                  unk_id=_opt_int(md, "tokenizer.ggml.unknown_token_id"))
+    types = md.get("tokenizer.ggml.token_type")
+    if kind == "llama":
+        return SPMTokenizer(tokens, md.get("tokenizer.ggml.scores"), types,
+                            add_bos=bool(md.get("tokenizer.ggml.add_bos_token", True)),
+                            add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
+                            add_space_prefix=bool(md.get("tokenizer.ggml.add_space_prefix", True)),
+                            model_name=str(md.get("general.name", "")), **common)
+    if kind == "gpt2":
+        merges = md.get("tokenizer.ggml.merges")
+        if merges is None:
+            raise ValueError("GGUF gpt2 tokenizer lacks tokenizer.ggml.merges")
+        return BPETokenizer(tokens, merges, types, str(md.get("tokenizer.ggml.pre", "default")),
+                            add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
+                            add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)), **common)
+    raise NotImplementedError(f"GGUF tokenizer model {kind!r} is not supported (supported: llama, gpt2)")
+
+
+def from_folder(folder: str) -> Tokenizer:
+    """The tokenizer of a Hugging Face checkpoint folder (``tokenizer.json``)."""
+    return HFTokenizer(folder)
+
+
+def load(path: str | os.PathLike) -> Tokenizer | None:
+    """A tokenizer from a GGUF file (its metadata only) or a Hugging Face folder."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return from_folder(p)
+    from .loaders import read_gguf
+    return from_gguf_metadata(read_gguf(p).metadata)
