@@ -295,6 +295,9 @@ static int check_fields(const rlxc_layer *l, char *err) {
     if (l->num_kv_heads <= 0) FAIL("num_kv_heads must be > 0, got %d", l->num_kv_heads);
     if (l->num_q_heads % l->num_kv_heads)
         FAIL("num_q_heads (%d) must be a multiple of num_kv_heads (%d)", l->num_q_heads, l->num_kv_heads);
+    /* weight shapes are ints: num_q_heads * head_dim must not wrap (num_kv_heads divides num_q_heads) */
+    if ((long long)l->num_q_heads * l->head_dim > 2147483647LL)
+        FAIL("num_q_heads * head_dim (%d * %d) must be < 2**31", l->num_q_heads, l->head_dim);
     if (l->rotary_dim < 0 || l->rotary_dim % 2) FAIL("rotary_dim must be even and >= 0, got %d", l->rotary_dim);
     if (l->rotary_dim > l->head_dim)
         FAIL("rotary_dim (%d) must be <= head_dim (%d)", l->rotary_dim, l->head_dim);

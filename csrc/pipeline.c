@@ -340,14 +340,15 @@ static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, 
     if (l->sandwich_norm) norm_rows(l, p->o, p->o, T, H, &w[RLXC_W_FFN_POST_NORM], NULL, l->norm_offset);
     kn->add(x, p->o, T * H);
 
-    /* Gemma 4 per-layer input: y += norm(proj(act(gate y) * ple)) */
+    /* Gemma 4 per-layer input: y += RMSNorm(proj(act(gate y) * ple)), RMS whatever norm_type */
     if (l->ple_dim > 0) {
         const int P = l->ple_dim;
         linear(p, p->f1, &w[RLXC_W_PLE_GATE], x, T, NULL);
         activate(l, p->f1, (size_t)T * P);
         for (int t = 0; t < T; t++) kn->mul(p->f1 + (size_t)t * P, p->f1 + (size_t)t * P, ple + (size_t)t * ple_stride, P);
         linear(p, p->o, &w[RLXC_W_PLE_PROJ], p->f1, T, NULL);
-        norm_rows(l, p->o, p->o, T, H, &w[RLXC_W_PLE_NORM], NULL, l->norm_offset);
+        for (int t = 0; t < T; t++)
+            kn->rmsnorm(p->o + (size_t)t * H, p->o + (size_t)t * H, w[RLXC_W_PLE_NORM].data, l->norm_offset, l->eps, H);
         kn->add(x, p->o, T * H);
     }
     if (l->layer_scalar != 1.0f) kn->scale(x, l->layer_scalar, T * H);

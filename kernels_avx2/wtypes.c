@@ -129,11 +129,11 @@ RLXC_INLINE __m256i q6_k_quants(const block_q6_k *b, const int v) {
     return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
 }
 
-/* The int16 scales of quants 32v .. 32v+32: sc[2v] in the low lane, sc[2v+1] in the high. */
-RLXC_INLINE __m256i q6_k_scales(const block_q6_k *b, const int v) {
-    const __m128i pick = _mm_set_epi64x((long long)(2 * v + 1) * 0x0101010101010101ll,
-                                        (long long)(2 * v) * 0x0101010101010101ll);
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), pick));
+/* The 16 scales as int16, the even ones in the low lane and the odd ones in the high: quants
+ * 32v .. 32v+32 (sub-blocks 2v, 2v+1, one per lane) then take word v of each lane. */
+RLXC_INLINE __m256i q6_k_scales_split(const block_q6_k *b) {
+    const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), even_odd));
 }
 
 /* Per super-block: sum_j sc[j] * (q . x)_j over 16 sub-blocks of 16 (maddubs pairs within
@@ -146,13 +146,15 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q6_k));
-        __m256i sumi[TILE_MAX][TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++)
+        __m256i sumi[TILE_MAX][TILE_MAX], sc[TILE_MAX];
+        RLXC_UNROLL for (int r = 0; r < R; r++) {
+            sc[r] = q6_k_scales_split(w + r * nb + b);
             RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
+        }
         RLXC_UNROLL for (int v = 0; v < RLXC_QK_K / 32; v++)
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const block_q6_k *wb = w + r * nb + b;
-                const __m256i q = q6_k_quants(wb, v), s = q6_k_scales(wb, v);
+                const __m256i q = q6_k_quants(w + r * nb + b, v);
+                const __m256i s = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16((short)(0x0100 + 0x0202 * v)));
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
                     const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[t * nb + b].qs + 32 * v));
                     sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(s, _mm256_maddubs_epi16(q, xq)));
@@ -219,8 +221,8 @@ DEFINE_HALF_TILE(bf16_tile, rlxc_bf16, bf16_load8, bf16_to_f32)
 /* ---- drivers (avx2.h): decode tiles of 4 rows; GEMM tiles of 2 rows x 3 tokens ---- */
 
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx2, block_q5_0, q5_0_tile, 4, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
 DEFINE_MATVEC(q5_0, block_q5_0, block_q8_0)

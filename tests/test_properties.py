@@ -322,7 +322,7 @@ def test_set_weight_rejects_bad_arrays(slot, data):
     # wrong shapes: one more / fewer row or column, other ranks, empty
     bad_shape = data.draw(st.sampled_from([
         tuple(d + 1 for d in shape), tuple(max(d - 1, 0) for d in shape), shape + (1,), (), (0,) * len(shape),
-        shape[::-1] if len(shape) == 2 and shape[0] != shape[1] else shape + (2,), (2**40, 0)[:len(shape)]]))
+        shape[::-1] if len(shape) == 2 and shape[0] != shape[1] else shape + (2,), (2**40, 0) if len(shape) == 2 else (0,)]))
     raises_clean(lambda: layer.set_weight(slot, np.zeros(bad_shape, np.float32)), "array", slot, "weight")
     # NaN / inf anywhere
     good = np.ones(shape, np.float32)
@@ -370,9 +370,10 @@ def test_raw_and_view_bytes_are_checked(slot, wt, data):
     # bytes of the right length but other dtypes, strides, non-arrays
     z = np.zeros(ok_shape, np.uint8)
     not_u8 = data.draw(st.sampled_from([
-        z.astype(np.int8), z.astype(np.uint16), z.view(np.int8), z.tolist(), bytes(z.size), bytearray(z.size),
-        memoryview(z), None, np.zeros((rows, 2 * rb), np.uint8)[:, ::2], np.zeros((rb, rows), np.uint8).T
-        if rows > 1 else z.astype(np.float32)]))
+        lambda: z.astype(np.int8), lambda: z.astype(np.uint16), lambda: z.view(np.int8), lambda: z.tolist(),
+        lambda: bytes(z.size), lambda: bytearray(z.size), lambda: memoryview(z), lambda: None,
+        lambda: np.zeros((rows, 2 * rb), np.uint8)[:, ::2],
+        lambda: np.zeros((rb, rows), np.uint8).T if rows > 1 else z.astype(np.float32)]))()
     raises_clean(lambda: fn(slot, not_u8, cols, wt), "data")
     # cols: wrong, negative, huge, not an int
     bad_cols = data.draw(st.one_of(st.sampled_from(HUGE_INTS + [0, cols + 1, cols * 2, cols - 1]),
@@ -430,7 +431,7 @@ def test_prefill_and_decode_reject_bad_inputs(data):
     shape = data.draw(st.sampled_from([(31,), (33,), (0,), (1, 32), (2, 32, 1), ()]))
     raises_clean(lambda: pipe.decode_token(np.ones(shape, np.float32), 3, good_ple1), "x")
     shape = data.draw(st.sampled_from([(2, 31), (0, 32), (9, 32), (6, 32), (32,), (1, 1, 32), (2**40, 0)]))
-    raises_clean(lambda: pipe.prefill(np.ones(shape, np.float32)), "x", "max_seq")
+    raises_clean(lambda: pipe.prefill(np.ones(shape, np.float32)), "x", "max_seq", "ple")
     bad = np.ones(32, np.float32)
     bad[data.draw(st.integers(0, 31))] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf]))
     raises_clean(lambda: pipe.decode_token(bad, 3, good_ple1), "x")
@@ -490,6 +491,10 @@ POSITIONAL = {  # ops that take positional arguments only
 }
 
 
+NONE_OK = {("attention", "scale"), ("rope", "rotary_dim"), ("rope", "freq_factors"), ("matmul", "threads"),
+           ("rmsnorm", "w"), ("layernorm", "b")}
+
+
 def test_every_op_is_covered():
     assert set(ops.__all__) == set(OPS) | set(POSITIONAL)
     for name, (kw, _) in OPS.items():
@@ -501,7 +506,7 @@ def test_every_op_is_covered():
 def bad_values(kind, good):
     """Values that are invalid for an argument of this kind: (value, must-raise)."""
     if kind == "int":
-        return [(v, not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**24)) for v in HUGE_INTS] + \
+        return [(v, not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31)) for v in HUGE_INTS] + \
                [(v, True) for v in NOT_INTS]
     if kind == "real":
         return [(v, True) for v in NOT_REALS + [float("nan"), float("inf"), -float("inf"), 10**400, 1e300]]
@@ -526,10 +531,12 @@ def test_ops_reject_bad_arguments(name, data):
     arg = data.draw(st.sampled_from(sorted(kinds)))
     value, must = data.draw(st.sampled_from(bad_values(kinds[arg], kw[arg])))
     call = lambda: getattr(ops, name)(**{**kw, arg: value})  # noqa: E731
-    if arg in ("freq_factors", "w") and value is None:
-        must = name == "layernorm" or name == "matmul"
-    if must:
+    if value is None and (name, arg) in NONE_OK:
+        must = False
+    if must and not (isinstance(value, int) and not isinstance(value, bool)):
         raises_clean(call, arg)
+    elif must:  # an int of the right type: the error may be stated against a related argument
+        raises_clean(call, *kinds)
     else:
         clean(call, *kinds)  # shapes that may be fine for this op; if not, a named error
 

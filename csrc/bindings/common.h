@@ -41,5 +41,11 @@ PyArrayObject *new_array(int ndim, const npy_intp *dims, int type);
 int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out);
 /* A weight type's name ("f32", "q4_k", ... as rlxc_wtype_name) -> rlxc_wtype; -1 with ValueError otherwise. */
 int wtype_arg(const char *s, const char *name);
+/* Python str -> its UTF-8 text (owned by obj); NULL with a TypeError / ValueError naming `name`
+ * for other types, text that is not valid Unicode and embedded NUL characters. */
+const char *str_arg(PyObject *obj, const char *name);
+/* Python real number -> double; TypeError naming `name` for non-numbers; with `finite`, ValueError
+ * naming it for NaN, infinity and magnitudes beyond float32 (the engine computes in float). */
+int real_arg(PyObject *obj, const char *name, int finite, double *out);
 
 #endif

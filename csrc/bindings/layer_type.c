@@ -1,6 +1,8 @@
 /* rlxc._rlxc.Layer: one rlxc_layer, its fields as validated attributes and its weights
  * set from and returned as NumPy arrays. */
 #include "common.h"
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include "kernels.h"
 
@@ -84,14 +86,18 @@ static int field_store(rlxc_layer *l, const field_desc *f, PyObject *v) {
             PyErr_Format(PyExc_TypeError, "%s must be a number, got %s", f->name, Py_TYPE(v)->tp_name);
             return -1;
         }
-        double d = PyFloat_AsDouble(v);
-        if (d == -1.0 && PyErr_Occurred()) return -1;
-        *(float *)p = (float)d;
+        double d;
+        if (real_arg(v, f->name, 0, &d)) return -1;
+        /* beyond float range: infinity, which the field checks reject by name */
+        *(float *)p = fabs(d) > FLT_MAX && isfinite(d) ? (float)copysign(INFINITY, d) : (float)d;
         return 0;
     }
     if (f->kind == F_BOOL) {
-        if (!PyBool_Check(v) && !(PyLong_Check(v) && (PyLong_AsLong(v) == 0 || PyLong_AsLong(v) == 1))) {
-            PyErr_Format(PyExc_TypeError, "%s must be a bool, got %R", f->name, v);
+        int overflow = 0;
+        const long b = PyLong_Check(v) ? PyLong_AsLongAndOverflow(v, &overflow) : -1;
+        if (b == -1 && PyErr_Occurred()) return -1;
+        if (!PyBool_Check(v) && !(PyLong_Check(v) && !overflow && (b == 0 || b == 1))) {
+            PyErr_Format(PyExc_TypeError, "%s must be a bool, got %s", f->name, Py_TYPE(v)->tp_name);
             return -1;
         }
         *(int *)p = PyObject_IsTrue(v);
@@ -149,7 +155,9 @@ static int Layer_init(PyObject *o, PyObject *args, PyObject *kw) {
     if (kw) {
         PyObject *hd = PyDict_GetItemString(kw, "head_dim");
         if (hd && PyLong_Check(hd)) {
-            long h = PyLong_AsLong(hd);
+            int overflow;
+            long h = PyLong_AsLongAndOverflow(hd, &overflow);
+            if (h == -1 && PyErr_Occurred()) return -1;
             if (h > 0 && h < 1 << 20) {
                 l.attn_scale = (float)(1.0 / sqrt((double)h));
                 l.rotary_dim = (int)h - (int)(h % 2);
@@ -188,11 +196,9 @@ static void Layer_dealloc(PyObject *o) {
 }
 
 static int slot_arg(PyObject *name_obj, const char *argname) {
-    if (!PyUnicode_Check(name_obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str, got %s", argname, Py_TYPE(name_obj)->tp_name);
-        return -1;
-    }
-    const int s = rlxc_wslot_from_name(PyUnicode_AsUTF8(name_obj));
+    const char *str = str_arg(name_obj, argname);
+    if (!str) return -1;
+    const int s = rlxc_wslot_from_name(str);
     if (s < 0) PyErr_Format(PyExc_KeyError, "unknown weight name %R (see rlxc.Layer.WEIGHTS)", name_obj);
     return s;
 }
@@ -200,10 +206,11 @@ static int slot_arg(PyObject *name_obj, const char *argname) {
 static PyObject *Layer_set_weight(PyObject *o, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"name", "array", "dtype", NULL};
     LayerObject *self = (LayerObject *)o;
-    PyObject *name, *arr;
+    PyObject *name, *arr, *dtype_obj = NULL;
     const char *dtype = "f32";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|s:set_weight", kwlist, &name, &arr, &dtype)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:set_weight", kwlist, &name, &arr, &dtype_obj)) return NULL;
     const int s = slot_arg(name, "name");
+    if (s >= 0 && dtype_obj && !(dtype = str_arg(dtype_obj, "dtype"))) return NULL;
     const int t = s < 0 ? -1 : wtype_arg(dtype, "dtype");
     if (t < 0 || layer_frozen(self)) return NULL;
     PyArrayObject *a = as_f32(arr, "array", 1, 2);
@@ -253,15 +260,27 @@ static PyArrayObject *raw_arg(PyObject *arr, int cols, int t, const char *dtype)
 static PyObject *set_raw(PyObject *o, PyObject *args, PyObject *kw, int view) {
     static char *kwlist[] = {"name", "data", "cols", "dtype", NULL};
     LayerObject *self = (LayerObject *)o;
-    PyObject *name, *arr;
+    PyObject *name, *arr, *cols_obj, *dtype_obj;
     int cols;
     const char *dtype;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOis", kwlist, &name, &arr, &cols, &dtype)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, view ? "OOOO:set_weight_view" : "OOOO:set_weight_raw", kwlist, &name,
+                                     &arr, &cols_obj, &dtype_obj))
+        return NULL;
     const int s = slot_arg(name, "name");
-    const int t = s < 0 ? -1 : wtype_arg(dtype, "dtype");
+    if (s < 0 || int_arg(cols_obj, "cols", -2147483647L - 1, 2147483647L, &cols) ||
+        !(dtype = str_arg(dtype_obj, "dtype")))
+        return NULL;
+    const int t = wtype_arg(dtype, "dtype");
     if (t < 0 || layer_frozen(self)) return NULL;
     PyArrayObject *a = raw_arg(arr, cols, t, dtype);
     if (!a) return NULL;
+    /* borrowed bytes are read in place as floats / halves: they must be aligned like them */
+    const size_t align = t == RLXC_F32 ? 4 : 2;
+    if (view && (uintptr_t)PyArray_DATA(a) % align) {
+        PyErr_Format(PyExc_ValueError, "data must be %zu-byte aligned to be used in place as %s (set_weight_view); "
+                     "set_weight_raw copies it", align, dtype);
+        return NULL;
+    }
     const int rows = (int)PyArray_DIM(a, 0);
     char err[RLXC_ERRLEN];
     const int rc = view ? rlxc_layer_set_weight_view(&self->layer, (rlxc_wslot)s, PyArray_DATA(a), rows, cols,

@@ -1,6 +1,9 @@
 /* The rlxc._rlxc module: kernel selection at import, CPU info, argument helpers. */
 #define RLXC_BINDINGS_MODULE
 #include "common.h"
+#include <float.h>
+#include <math.h>
+#include <string.h>
 #include "kernels.h"
 
 PyObject *rlxc_enum_classes[ENUM_COUNT];
@@ -52,11 +55,57 @@ int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out) {
     int overflow = 0;
     long v = PyLong_AsLongAndOverflow(obj, &overflow);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow || v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%s must be in [%ld, %ld], got %S", name, lo, hi, obj);
+    if (overflow) { /* not printed: the decimal form of a huge int may itself raise */
+        PyErr_Format(PyExc_ValueError, "%s must be in [%ld, %ld], got %s", name, lo, hi,
+                     overflow > 0 ? "a larger integer" : "a smaller integer");
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [%ld, %ld], got %ld", name, lo, hi, v);
         return -1;
     }
     *out = (int)v;
+    return 0;
+}
+
+const char *str_arg(PyObject *obj, const char *name) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, got %s", name, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (!s) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s is not valid Unicode text (it cannot be encoded as UTF-8)", name);
+        return NULL;
+    }
+    if ((size_t)n != strlen(s)) {
+        PyErr_Format(PyExc_ValueError, "%s must not contain NUL characters", name);
+        return NULL;
+    }
+    return s;
+}
+
+int real_arg(PyObject *obj, const char *name, int finite, double *out) {
+    PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
+    if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !(nb && (nb->nb_float || nb->nb_index))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a real number, got %s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    const double d = PyFloat_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred()) {
+        const int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
+        PyErr_Clear();
+        if (overflow) PyErr_Format(PyExc_ValueError, "%s is too large for a float", name);
+        else PyErr_Format(PyExc_TypeError, "%s must be a real number, got %s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (finite && !(fabs(d) <= FLT_MAX)) {
+        PyErr_Format(PyExc_ValueError, "%s must be a finite number within float32 range, got %g", name, d);
+        return -1;
+    }
+    *out = d;
     return 0;
 }
 
@@ -83,7 +132,7 @@ static PyObject *cpu_info(PyObject *self, PyObject *noargs) {
 }
 
 static PyObject *set_isa(PyObject *self, PyObject *arg) {
-    const char *name = PyUnicode_AsUTF8(arg);
+    const char *name = str_arg(arg, "name");
     if (!name) return NULL;
     char err[RLXC_ERRLEN];
     if (rlxc_kernels_select(name, err, sizeof err)) {

@@ -117,10 +117,11 @@ static PyObject *op_dequantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { ret
  * rows picked out of a memory-mapped GGUF embedding table). */
 static PyObject *op_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"b", "wtype", "cols", NULL};
-    PyObject *bo;
+    PyObject *bo, *wto, *colso;
     const char *wts;
     int cols;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "Osi:dequantize", kwlist, &bo, &wts, &cols)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:dequantize", kwlist, &bo, &wto, &colso)) return NULL;
+    if (!(wts = str_arg(wto, "wtype")) || int_arg(colso, "cols", -2147483647L - 1, 2147483647L, &cols)) return NULL;
     const int t = wtype_arg(wts, "wtype");
     if (t < 0) return NULL;
     const int block = rlxc_wtype_block_size((rlxc_wtype)t);
@@ -148,9 +149,10 @@ static PyObject *op_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"x", "w", "wtype", "threads", NULL};
-    PyObject *xo, *wo, *tho = Py_None;
+    PyObject *xo, *wo, *tho = Py_None, *wto = NULL;
     const char *wts = "f32";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|sO:matmul", kwlist, &xo, &wo, &wts, &tho)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:matmul", kwlist, &xo, &wo, &wto, &tho)) return NULL;
+    if (wto && !(wts = str_arg(wto, "wtype"))) return NULL;
     const int wt = wtype_arg(wts, "wtype");
     int threads = 1;
     if (wt < 0 || (tho != Py_None && int_arg(tho, "threads", 1, 1024, &threads))) return NULL;
@@ -202,9 +204,10 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyObject *op_rmsnorm(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"x", "w", "eps", "offset", NULL};
-    PyObject *xo, *wo = Py_None;
+    PyObject *xo, *wo = Py_None, *epso = NULL, *offo = NULL;
     double eps = 1e-6, offset = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Odd:rmsnorm", kwlist, &xo, &wo, &eps, &offset)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:rmsnorm", kwlist, &xo, &wo, &epso, &offo)) return NULL;
+    if ((epso && real_arg(epso, "eps", 1, &eps)) || (offo && real_arg(offo, "offset", 1, &offset))) return NULL;
     PyArrayObject *x = as_f32(xo, "x", 1, 8), *w;
     if (!x || nonempty(x, "x") || vec_arg(wo, "w", x ? last_dim(x) : 0, &w)) return NULL;
     if (!(eps > 0)) { PyErr_SetString(PyExc_ValueError, "eps must be > 0"); return NULL; }
@@ -222,9 +225,10 @@ static PyObject *op_rmsnorm(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyObject *op_layernorm(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"x", "w", "b", "eps", NULL};
-    PyObject *xo, *wo, *bo = Py_None;
+    PyObject *xo, *wo, *bo = Py_None, *epso = NULL;
     double eps = 1e-5;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Od:layernorm", kwlist, &xo, &wo, &bo, &eps)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:layernorm", kwlist, &xo, &wo, &bo, &epso)) return NULL;
+    if (epso && real_arg(epso, "eps", 1, &eps)) return NULL;
     PyArrayObject *x = as_f32(xo, "x", 1, 8), *w, *b;
     if (!x || nonempty(x, "x") || vec_arg(wo, "w", last_dim(x), &w) || vec_arg(bo, "b", last_dim(x), &b)) return NULL;
     if (!w) { PyErr_SetString(PyExc_TypeError, "w must be a float32 array, not None"); return NULL; }
@@ -245,11 +249,13 @@ static PyObject *op_layernorm(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyObject *op_rope(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"x", "pos", "rotary_dim", "base", "proportional", "freq_factors", "attn_factor", NULL};
-    PyObject *xo, *poso, *rdo = Py_None, *ffo = Py_None;
+    PyObject *xo, *poso, *rdo = Py_None, *ffo = Py_None, *baseo = NULL, *afo = NULL;
     double base = 10000.0, attn_factor = 1.0;
     int proportional = 0, pos;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OdpOd:rope", kwlist, &xo, &poso, &rdo, &base, &proportional, &ffo,
-                                     &attn_factor))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOpOO:rope", kwlist, &xo, &poso, &rdo, &baseo, &proportional, &ffo,
+                                     &afo))
+        return NULL;
+    if ((baseo && real_arg(baseo, "base", 1, &base)) || (afo && real_arg(afo, "attn_factor", 1, &attn_factor)))
         return NULL;
     PyArrayObject *x = as_f32(xo, "x", 2, 2), *ff;
     if (!x || nonempty(x, "x") || int_arg(poso, "pos", 0, 1 << 24, &pos)) return NULL;
@@ -284,11 +290,14 @@ static PyObject *op_rope(PyObject *m, PyObject *args, PyObject *kw) {
 
 static PyObject *op_attention(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"q", "k", "v", "pos", "window", "scale", "softcap", NULL};
-    PyObject *qo, *ko, *vo, *poso, *scaleo = Py_None;
+    PyObject *qo, *ko, *vo, *poso, *scaleo = Py_None, *windowo = NULL, *softcapo = NULL;
     int pos, window = 0;
     double softcap = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|iOd:attention", kwlist, &qo, &ko, &vo, &poso, &window, &scaleo,
-                                     &softcap))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOO:attention", kwlist, &qo, &ko, &vo, &poso, &windowo, &scaleo,
+                                     &softcapo))
+        return NULL;
+    if ((windowo && int_arg(windowo, "window", -2147483647L - 1, 2147483647L, &window)) ||
+        (softcapo && real_arg(softcapo, "softcap", 1, &softcap)))
         return NULL;
     PyArrayObject *q = as_f32(qo, "q", 2, 2), *k = q ? as_f32(ko, "k", 3, 3) : NULL, *v = k ? as_f32(vo, "v", 3, 3) : NULL;
     if (!v || nonempty(q, "q") || nonempty(k, "k")) return NULL;
@@ -306,10 +315,7 @@ static PyObject *op_attention(PyObject *m, PyObject *args, PyObject *kw) {
     if (window < 0) { PyErr_SetString(PyExc_ValueError, "window must be >= 0"); return NULL; }
     if (!(softcap >= 0)) { PyErr_SetString(PyExc_ValueError, "softcap must be >= 0"); return NULL; }
     double scale = 1.0 / sqrt((double)hd);
-    if (scaleo != Py_None) {
-        scale = PyFloat_AsDouble(scaleo);
-        if (scale == -1.0 && PyErr_Occurred()) return NULL;
-    }
+    if (scaleo != Py_None && real_arg(scaleo, "scale", 1, &scale)) return NULL;
     npy_intp dims[2] = {nq, hd};
     PyArrayObject *out = new_array(2, dims, NPY_FLOAT32);
     float *scores = malloc((size_t)S * sizeof(float));
@@ -347,10 +353,11 @@ static PyObject *unary(PyObject *args, void (*f)(float *, const float *, int)) {
 static PyObject *op_silu(PyObject *m, PyObject *args) { return unary(args, KN->silu); }
 static PyObject *op_gelu_tanh(PyObject *m, PyObject *args) { return unary(args, KN->gelu_tanh); }
 
-static PyObject *scalar_op(PyObject *args, const char *fmt, void (*f)(float *, float, int), int positive) {
-    PyObject *xo;
+static PyObject *scalar_op(PyObject *args, const char *fmt, const char *sname, void (*f)(float *, float, int),
+                           int positive) {
+    PyObject *xo, *so;
     double s;
-    if (!PyArg_ParseTuple(args, fmt, &xo, &s)) return NULL;
+    if (!PyArg_ParseTuple(args, fmt, &xo, &so) || real_arg(so, sname, 1, &s)) return NULL;
     if (positive && !(s > 0)) { PyErr_SetString(PyExc_ValueError, "cap must be > 0"); return NULL; }
     PyArrayObject *x = as_f32(xo, "x", 0, 32);
     if (!x) return NULL;
@@ -363,8 +370,8 @@ static PyObject *scalar_op(PyObject *args, const char *fmt, void (*f)(float *, f
     return (PyObject *)y;
 }
 
-static PyObject *op_softcap(PyObject *m, PyObject *args) { return scalar_op(args, "Od:softcap", KN->softcap, 1); }
-static PyObject *op_scale(PyObject *m, PyObject *args) { return scalar_op(args, "Od:scale", KN->scale, 0); }
+static PyObject *op_softcap(PyObject *m, PyObject *args) { return scalar_op(args, "OO:softcap", "cap", KN->softcap, 1); }
+static PyObject *op_scale(PyObject *m, PyObject *args) { return scalar_op(args, "OO:scale", "s", KN->scale, 0); }
 
 #define KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
 PyMethodDef rlxc_ops_methods[] = {

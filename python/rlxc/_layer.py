@@ -66,6 +66,8 @@ class Layer(_rlxc.Layer):
 
     def weight_name(self, name: str) -> str:
         """The rlxc weight name for an rlxc or HF per-layer parameter name."""
+        if not isinstance(name, str):
+            raise TypeError(f"weight name must be a str, got {type(name).__name__}")
         if name in self.WEIGHTS:
             return name
         for prefix in ("model.", "language_model."):

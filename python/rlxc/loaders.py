@@ -45,7 +45,7 @@ __all__ = [
 #: GGML type id -> (GGUF name, block size in elements, block size in bytes)
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
-    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36), 10: ("Q2_K", 256, 84),
+    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84),
     11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
     15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
     19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82),
@@ -1385,7 +1385,25 @@ def save(model: Any, path: str | os.PathLike) -> None:
         pre = f"blk.{i}."
         off = float(lay.norm_offset)
         qk_off = float(lay.qk_norm_offset)
+        fused: set[str] = set()
+        if arch == "phi3":  # llama.cpp's Phi-3 takes fused attn_qkv and ffn_up (gate rows first)
+            for name, slots in (("attn_qkv", ("q_proj", "k_proj", "v_proj")), ("ffn_up", ("gate_proj", "up_proj"))):
+                got = [_layer_tensor(lay, s) for s in slots]
+                if any(x is None for x in got) or len({x[1] for x in got}) != 1:
+                    raise NotImplementedError(f"rlxc.save: phi3 layer {i}: {'/'.join(slots)} differ in type")
+                data = np.concatenate([x[0] for x in got], axis=0)
+                w.tensor(pre + name + ".weight", data, got[0][1], (got[0][2][0], sum(x[2][1] for x in got)))
+                bias = [lay.weight(s + ".bias") if lay.weight_type(s + ".bias") else None for s in slots]
+                if any(b is not None for b in bias):
+                    if any(b is None for b in bias):
+                        raise NotImplementedError(f"rlxc.save: phi3 layer {i}: partial biases")
+                    bb = np.concatenate(bias).astype(np.float32)
+                    w.tensor(pre + name + ".bias", bb, 0, (bb.size,))
+                fused.update(slots)
+                fused.update(s + ".bias" for s in slots)
         for slot in lay.used_weights():
+            if slot in fused:
+                continue
             if slot == "rope_freq_factors":
                 continue
             got = _layer_tensor(lay, slot)

@@ -20,6 +20,7 @@ generation), ``chat_template`` and ``apply_chat_template``, and ``decoder()`` fo
 
 from __future__ import annotations
 
+import array
 import codecs
 import heapq
 import json
@@ -157,10 +158,15 @@ class SPMTokenizer(Tokenizer):
                  pad_id: int | None = None) -> None:
         n = len(tokens)
         self.vocab_size = n
-        self.tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        self.scores = np.asarray(scores if scores is not None else np.zeros(n), np.float32).tolist()
-        types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int64).tolist()
-        self.attrs = [_TYPE_ATTR.get(t, A_UNDEFINED) for t in types]
+        # compact storage (a 262k vocabulary costs ~30 MB of Python objects, mostly the strings)
+        self.tokens = tokens if isinstance(tokens, list) and all(tokens) else [
+            t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        self.scores = array.array("f", np.asarray(scores if scores is not None else np.zeros(n), "<f4").tobytes())
+        types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int64)
+        lut = np.zeros(max(int(types.max(initial=0)) + 1, 8), np.uint16)
+        for k, v in _TYPE_ATTR.items():
+            lut[k] = v
+        self.attrs = array.array("H", lut[np.clip(types, 0, lut.size - 1)].astype(np.uint16).tobytes())
         self.token_to_id: dict[str, int] = {}
         for i, t in enumerate(self.tokens):
             self.token_to_id[t] = i  # the last duplicate wins, as in llama.cpp
