@@ -138,7 +138,7 @@ void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cos_out, float *sin_o
 
 /* Threads a call may use: `requested`, or 1 in a process forked after OpenMP ran. */
 int rlxc_threads_usable(int requested);
-/* OMP_NUM_THREADS if set, else the CPUs OpenMP sees (1 in a forked child). */
+/* OMP_NUM_THREADS if set, else the physical cores this process may use (1 in a forked child). */
 int rlxc_threads_default(void);
 
 /* Pipeline: a stack of layers (borrowed, not copied: edits to a layer between calls take

@@ -1,7 +1,11 @@
 /* Thread count policy. GNU OpenMP's pool does not survive fork(): a child that enters a
  * parallel region after the parent used threads hangs. So a forked child runs the engine
  * single-threaded, without ever entering an OpenMP construct. */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -18,9 +22,36 @@ int rlxc_threads_usable(int requested) {
     return requested;
 }
 
+/* Physical cores among the CPUs this process may run on: SMT siblings share a core, and a
+ * memory-bound matvec gains nothing from a second thread on the same core. */
+static int physical_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set)) return 1;
+    int seen[CPU_SETSIZE] = {0}, cores = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+        FILE *f = fopen(path, "r");
+        int first = cpu; /* the lowest sibling names the core */
+        if (f) {
+            if (fscanf(f, "%d", &first) != 1) first = cpu;
+            fclose(f);
+        }
+        if (first >= 0 && first < CPU_SETSIZE && !seen[first]) {
+            seen[first] = 1;
+            cores++;
+        }
+    }
+    return cores > 0 ? cores : 1;
+}
+
 int rlxc_threads_default(void) {
+    if (in_fork_child) return 1;
 #ifdef _OPENMP
-    return in_fork_child ? 1 : omp_get_max_threads();
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0) return omp_get_max_threads();
+    return physical_cores();
 #else
     return 1;
 #endif

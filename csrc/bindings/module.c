@@ -127,8 +127,8 @@ static PyObject *cpu_info(PyObject *self, PyObject *noargs) {
         if (!s || PyList_Append(avail, s)) { Py_XDECREF(s); Py_DECREF(avail); return NULL; }
         Py_DECREF(s);
     }
-    return Py_BuildValue("{s:s,s:s,s:N}", "features", rlxc_cpu_features(), "isa", rlxc_kernels_active()->isa,
-                         "available_isas", avail);
+    return Py_BuildValue("{s:s,s:s,s:N,s:i}", "features", rlxc_cpu_features(), "isa", rlxc_kernels_active()->isa,
+                         "available_isas", avail, "default_threads", rlxc_threads_default());
 }
 
 static PyObject *set_isa(PyObject *self, PyObject *arg) {
