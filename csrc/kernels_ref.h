@@ -35,6 +35,9 @@ void rlxc_matmul_f16_scalar(float *y, int ldy, const rlxc_fp16 *w, const float *
 void rlxc_matvec_bf16_scalar(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
 void rlxc_matmul_bf16_scalar(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
 
+/* Fills a Q8_K block's sums of 16 from its quants. */
+void rlxc_q8_k_bsums(block_q8_k *b);
+
 /* Their table entries, for the scalar table and for ISA tables without their own versions. */
 #define RLXC_SCALAR_WTYPE_KERNELS                                                                 \
     .matvec_q5_0 = rlxc_matvec_q5_0_scalar, .matmul_q5_0 = rlxc_matmul_q5_0_scalar,               \

@@ -106,9 +106,17 @@ void rlxc_quantize_row_q8_k(block_q8_k *y, const float *x, int K) {
         for (int j = 0; j < RLXC_QK_K; j++) {
             const int v = nearest_int(iscale * x[j]);
             y[b].qs[j] = (int8_t)(v < 127 ? v : 127);
-            y[b].bsums[j / 16] = (int16_t)(y[b].bsums[j / 16] + y[b].qs[j]);
         }
         y[b].d = 1.0f / iscale;
+        rlxc_q8_k_bsums(&y[b]);
+    }
+}
+
+void rlxc_q8_k_bsums(block_q8_k *b) {
+    for (int j = 0; j < RLXC_QK_K / 16; j++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += b->qs[16 * j + l];
+        b->bsums[j] = (int16_t)s;
     }
 }
 

@@ -51,6 +51,17 @@ RLXC_INLINE __m256i rlxc_q4_nibbles256(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
+/* 32 int32 (q[0] .. q[3], in element order) -> 32 int8 in order, saturating. The packs work
+ * per 128-bit lane, leaving dwords in the order 0,2,4,6,1,3,5,7; the permute undoes it. */
+RLXC_INLINE __m256i rlxc_pack_i8x32(const __m256i q[4]) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* pshufb control (as a 16-bit element) that copies 16-bit word w of each 128-bit lane into
+ * every word of that lane: bytes 2w, 2w + 1. */
+#define RLXC_PICK_WORD(w) ((short)(0x0100 + 0x0202 * (w)))
+
 /* The 12 packed scale bytes of a Q4_K block -> sc[0..8) in bytes 0-7, m[0..8) in bytes 8-15:
  * the four 32-bit words of rlxc_q4_k_scales (kernels.h) in one register. Reads 16 bytes: the
  * last 4 are the block's first quants and drop out. */
@@ -127,15 +138,15 @@ void rlxc_matvec_f16_avx2(float *y, const rlxc_fp16 *w, const float *x, int N, i
 void rlxc_matmul_f16_avx2(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
 void rlxc_matvec_bf16_avx2(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
 void rlxc_matmul_bf16_avx2(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
+void rlxc_quantize_row_q8_k_avx2(block_q8_k *y, const float *x, int K);
 
-/* Their table entries, shared by the AVX2 and AVX-512 tables. Q8_K activation quantization is
- * the scalar reference's: a row costs K operations against the matvec's N * K. */
+/* Their table entries, shared by the AVX2 and AVX-512 tables. */
 #define RLXC_AVX2_WTYPE_KERNELS                                                                   \
     .matvec_q5_0 = rlxc_matvec_q5_0_avx2, .matmul_q5_0 = rlxc_matmul_q5_0_avx2,                   \
     .matvec_q4_k = rlxc_matvec_q4_k_avx2, .matmul_q4_k = rlxc_matmul_q4_k_avx2,                   \
     .matvec_q6_k = rlxc_matvec_q6_k_avx2, .matmul_q6_k = rlxc_matmul_q6_k_avx2,                   \
     .matvec_f16 = rlxc_matvec_f16_avx2, .matmul_f16 = rlxc_matmul_f16_avx2,                       \
     .matvec_bf16 = rlxc_matvec_bf16_avx2, .matmul_bf16 = rlxc_matmul_bf16_avx2,                   \
-    .quantize_row_q8_k = rlxc_quantize_row_q8_k
+    .quantize_row_q8_k = rlxc_quantize_row_q8_k_avx2
 
 #endif

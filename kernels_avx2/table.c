@@ -1,5 +1,4 @@
-/* The AVX2 kernel table: every kernel has an AVX2 implementation but Q8_K activation
- * quantization (see RLXC_AVX2_WTYPE_KERNELS). */
+/* The AVX2 kernel table: every kernel has an AVX2 implementation. */
 #include "avx2.h"
 
 static const rlxc_kernels table = {

@@ -7,6 +7,7 @@
  * prefetch the next tile's rows as quant.c explains. */
 #include <string.h>
 
+#include "../csrc/kernels_ref.h"
 #include "avx2.h"
 
 #define DEFINE_MATVEC(kind, wtype, xtype)                                              \
@@ -64,7 +65,7 @@ RLXC_INLINE void q5_0_tile(float *y, int ldy, const block_q5_0 *w, const block_q
 
 /* Sub-block j (32 quants) contributes sc[j] * (q . x) - m[j] * sum(x) at the super-block's
  * scales d and dmin. The q . x pairs (maddubs: within 2 * 15 * 128) widen to int32 in the madd
- * by (sc[j], sc[j]), broadcast from a dword; the whole super-block sums exactly in int32. */
+ * by sc[j] in every word; the whole super-block sums exactly in int32. */
 RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q8_k *x, int nb, const int R,
                            const int C) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -73,8 +74,8 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_k));
-        __m256i sc[TILE_MAX];   /* sc[j] as int16, in both lanes */
-        __m128i mins[TILE_MAX];   /* m[j] as int16 */
+        __m256i sc[TILE_MAX];   /* sc[0..8) as int16 in both lanes */
+        __m128i mins[TILE_MAX]; /* m[0..8) as int16 */
         __m256i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
             const __m128i sm = rlxc_q4_k_scales128(w[r * nb + b].scales);
@@ -87,8 +88,8 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
             RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w[r * nb + b].qs + 32 * i));
                 const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                const __m256i sl = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16((short)(0x0100 + 0x0202 * 2 * i)));
-                const __m256i sh = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * i + 1))));
+                const __m256i sl = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i)));
+                const __m256i sh = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
                     const int8_t *xq = x[t * nb + b].qs + 64 * i;
                     const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
@@ -154,7 +155,7 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         RLXC_UNROLL for (int v = 0; v < RLXC_QK_K / 32; v++)
             RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const __m256i q = q6_k_quants(w + r * nb + b, v);
-                const __m256i s = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16((short)(0x0100 + 0x0202 * v)));
+                const __m256i s = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(v)));
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
                     const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[t * nb + b].qs + 32 * v));
                     sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(s, _mm256_maddubs_epi16(q, xq)));
@@ -176,6 +177,47 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
+/* ---- Q8_K activations: bit-identical with rlxc_quantize_row_q8_k ---- */
+
+void rlxc_quantize_row_q8_k_avx2(block_q8_k *y, const float *x, int K) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        __m256 amax = _mm256_setzero_ps();
+        for (int i = 0; i < RLXC_QK_K; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+        const float am = rlxc_hmax256(amax);
+        memset(&y[b], 0, sizeof y[b]);
+        if (am == 0.0f) continue;
+        /* the reference's choice: the first element of largest magnitude */
+        int j = 0;
+        for (; j < RLXC_QK_K; j += 8) {
+            const __m256 hit = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), _mm256_set1_ps(am), _CMP_EQ_OQ);
+            const int m = _mm256_movemask_ps(hit);
+            if (m) {
+                j += __builtin_ctz((unsigned)m);
+                break;
+            }
+        }
+        if (j >= RLXC_QK_K) { /* am is NaN (NaN inputs): no element equals it; the block is NaN */
+            y[b].d = am;
+            continue;
+        }
+        const float iscale = -127.0f / x[j];
+        const __m256 is = _mm256_set1_ps(iscale);
+        for (int g = 0; g < RLXC_QK_K; g += 32) {
+            __m256i q[4];
+            for (int i = 0; i < 4; i++) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + g + 8 * i), is);
+                RLXC_NO_CONTRACT(v);
+                /* nearest, ties to even, as nearest_int; |v| <= 127, so packing never clamps */
+                q[i] = _mm256_cvttps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+            _mm256_storeu_si256((__m256i *)(y[b].qs + g), rlxc_pack_i8x32(q));
+        }
+        y[b].d = 1.0f / iscale;
+        rlxc_q8_k_bsums(&y[b]);
+    }
+}
+
 /* ---- F16 / BF16 ---- */
 
 /* 8 weights widened to float: exact for both types. */
@@ -183,15 +225,9 @@ RLXC_INLINE __m256 f16_load8(const rlxc_fp16 *p) { return _mm256_cvtph_ps(_mm_lo
 RLXC_INLINE __m256 bf16_load8(const rlxc_bf16 *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
-RLXC_INLINE float bf16_to_f32(rlxc_bf16 h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* As f32.c's tile, the weights widened on load: each serves C tokens. Here K is the tile's
- * "nb" (one weight per block). */
+ * "nb" (one weight per block); the K % 8 tail is scalar. */
 #define DEFINE_HALF_TILE(name, htype, load8, to_f32)                                                      \
     RLXC_INLINE void name(float *y, int ldy, const htype *w, const float *x, int K, const int R, const int C) { \
         __m256 acc[TILE_MAX][TILE_MAX];                                                                   \
@@ -216,9 +252,12 @@ RLXC_INLINE float bf16_to_f32(rlxc_bf16 h) {
     }
 
 DEFINE_HALF_TILE(f16_tile, rlxc_fp16, f16_load8, rlxc_h2f)
-DEFINE_HALF_TILE(bf16_tile, rlxc_bf16, bf16_load8, bf16_to_f32)
+DEFINE_HALF_TILE(bf16_tile, rlxc_bf16, bf16_load8, rlxc_bf16_to_f32)
 
-/* ---- drivers (avx2.h): decode tiles of 4 rows; GEMM tiles of 2 rows x 3 tokens ---- */
+/* ---- drivers (avx2.h) ----
+ * Decode tiles of 4 rows, but 1 for the K-quants: their 4-row tiles spill (16 registers) and
+ * measured slower (Q4_K 23 vs 26 GB/s, Q6_K 31 vs 36 GB/s in cache). GEMM tiles of 2 rows x
+ * 3 tokens; 4 x 3 for the float types, whose tile needs no integer accumulators. */
 
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx2, block_q5_0, q5_0_tile, 4, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)

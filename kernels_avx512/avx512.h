@@ -27,6 +27,6 @@ void rlxc_matmul_q6_k_avx512(float *y, int ldy, const block_q6_k *w, const block
     .matvec_q6_k = rlxc_matvec_q6_k_avx512, .matmul_q6_k = rlxc_matmul_q6_k_avx512,               \
     .matvec_f16 = rlxc_matvec_f16_avx2, .matmul_f16 = rlxc_matmul_f16_avx2,                       \
     .matvec_bf16 = rlxc_matvec_bf16_avx2, .matmul_bf16 = rlxc_matmul_bf16_avx2,                   \
-    .quantize_row_q8_k = rlxc_quantize_row_q8_k
+    .quantize_row_q8_k = rlxc_quantize_row_q8_k_avx2
 
 #endif

