@@ -66,7 +66,7 @@ void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_th
         else kn->quantize_row_q8_k(xq, x + (size_t)t * K, K);
     }
     const void *xa = f == ACT_FLOAT ? (const void *)x : xq_scratch;
-    const int nth = rlxc_threads_usable(n_threads < N ? n_threads : 1);
+    const int nth = rlxc_threads_usable(n_threads < N ? n_threads : N);
     if (nth == 1) {
         linear_rows(y, w, xa, T, 0, N);
         return;

@@ -15,6 +15,7 @@
 typedef struct {
     float *k, *v;   /* [num_kv_heads][max_seq][head_dim], NULL for layers that share another's */
     int heads, dim; /* the shape the cache was allocated for */
+    int shared;     /* the layer read another layer's cache when this was allocated */
 } kv_cache;
 
 struct rlxc_pipeline {
@@ -22,7 +23,8 @@ struct rlxc_pipeline {
     int n_layers, max_seq, n_threads, n_past;
     kv_cache *kv;
 
-    /* Scratch grown by prefill only, so decode never allocates. */
+    /* Scratch, grown only when a call needs more (more tokens, wider layers, more threads):
+     * decode after a prefill of the same model never allocates. */
     size_t cap_floats, cap_xq; /* cap_xq in bytes: quantized activations (rlxc_linear) */
     float *xa, *q, *k, *v, *att, *o, *f1, *f2, *cs;
     void *xq;
@@ -44,7 +46,8 @@ static int alloc_caches(rlxc_pipeline *p, char *err) {
         free(c->k);
         free(c->v);
         memset(c, 0, sizeof *c);
-        if (l->kv_shared_from >= 0) continue;
+        c->shared = l->kv_shared_from >= 0;
+        if (c->shared) continue;
         c->k = calloc(kv_floats(p, i), sizeof(float));
         c->v = calloc(kv_floats(p, i), sizeof(float));
         if (!c->k || !c->v) FAIL("out of memory for layer %d's KV cache (%zu floats)", i, 2 * kv_floats(p, i));
@@ -56,7 +59,7 @@ static int alloc_caches(rlxc_pipeline *p, char *err) {
 
 void rlxc_pipeline_free(rlxc_pipeline *p) {
     if (!p) return;
-    for (int i = 0; i < p->n_layers; i++) {
+    for (int i = 0; p->kv && i < p->n_layers; i++) {
         free(p->kv[i].k);
         free(p->kv[i].v);
     }
@@ -143,7 +146,8 @@ static int validate(const rlxc_pipeline *p, char *err) {
                      l->num_kv_heads, l->head_dim, s->num_kv_heads, s->head_dim);
         }
         const kv_cache *c = &p->kv[src >= 0 ? src : i];
-        if (!c->k || c->heads != l->num_kv_heads || c->dim != l->head_dim)
+        /* a layer that switched between own and shared K/V has a cache with gaps */
+        if (!c->k || c->heads != l->num_kv_heads || c->dim != l->head_dim || p->kv[i].shared != (src >= 0))
             FAIL("layer %d's K/V shape (num_kv_heads * head_dim) or kv_shared_from changed since its cache was "
                  "allocated: call reset()", i);
     }
@@ -262,7 +266,7 @@ static void attention_item(const rlxc_pipeline *p, const rlxc_layer *l, const kv
 /* Heads (and tokens) split across threads. */
 static void attention(rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, int T, int pos0) {
     const int items = T * l->num_q_heads;
-    const int nth = rlxc_threads_usable(p->n_threads < items ? p->n_threads : 1);
+    const int nth = rlxc_threads_usable(p->n_threads < items ? p->n_threads : items);
     if (nth == 1) {
         for (int it = 0; it < items; it++) attention_item(p, l, c, pos0, it, p->scores);
         return;
@@ -326,7 +330,6 @@ static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, 
     /* feed-forward block */
     norm_rows(l, p->xa, x, T, H, &w[RLXC_W_FFN_NORM], l->post_attn_norm_bias ? &w[RLXC_W_FFN_NORM_B] : NULL,
               l->norm_offset);
-    float *hid = p->f1;
     if (l->ffn_type == RLXC_GATED) {
         linear(p, p->f1, &w[RLXC_W_GATE], p->xa, T, l->ffn_up_bias ? &w[RLXC_W_GATE_B] : NULL);
         linear(p, p->f2, &w[RLXC_W_UP], p->xa, T, l->ffn_up_bias ? &w[RLXC_W_UP_B] : NULL);
@@ -336,7 +339,7 @@ static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, 
         linear(p, p->f1, &w[RLXC_W_UP], p->xa, T, l->ffn_up_bias ? &w[RLXC_W_UP_B] : NULL);
         activate(l, p->f1, T * I);
     }
-    linear(p, p->o, &w[RLXC_W_DOWN], hid, T, l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL);
+    linear(p, p->o, &w[RLXC_W_DOWN], p->f1, T, l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL);
     if (l->sandwich_norm) norm_rows(l, p->o, p->o, T, H, &w[RLXC_W_FFN_POST_NORM], NULL, l->norm_offset);
     kn->add(x, p->o, T * H);
 
@@ -354,9 +357,23 @@ static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, 
     if (l->layer_scalar != 1.0f) kn->scale(x, l->layer_scalar, T * H);
 }
 
+/* Kernels count elements in int: T times any per-token width must fit. */
+static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
+    for (int i = 0; i < p->n_layers; i++) {
+        const rlxc_layer *l = p->layers[i];
+        const size_t widths[] = {(size_t)l->hidden_size, (size_t)l->num_q_heads * l->head_dim,
+                                 (size_t)l->intermediate_size, (size_t)l->ple_dim};
+        for (size_t k = 0; k < sizeof widths / sizeof *widths; k++)
+            if ((size_t)T * widths[k] > INT32_MAX)
+                FAIL("%d tokens of layer %d's width %zu exceed what one call can hold: split the prefill", T, i,
+                     widths[k]);
+    }
+    return 0;
+}
+
 static int run(rlxc_pipeline *p, const float *x, const float *ple, int T, int pos0, float *out, float *layer_out,
                char *err) {
-    if (validate(p, err) || ensure_scratch(p, T, err)) return -1;
+    if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, err)) return -1;
     const int H = p->layers[0]->hidden_size, ple_stride = rlxc_pipeline_ple_stride(p);
     if (ple_stride > 0 && !ple) FAIL("layers have per-layer inputs (ple_dim > 0): pass ple of %d floats per token", ple_stride);
     if (out != x) memmove(out, x, (size_t)T * H * sizeof(float));

@@ -15,7 +15,7 @@
 static int il_gemm(float *y, int ldy, const void *w, size_t row_bytes, const block_q8_0 *xq, int N, int K, int T,
                    void (*pack)(il_block *, const void *, int, int), int weight_offset) {
     const int nb = K / RLXC_QK;
-    il_block *wp = aligned_alloc(64, (size_t)nb * sizeof(il_block));
+    il_block *wp = aligned_alloc(64, ((size_t)nb * sizeof(il_block) + 63) / 64 * 64); /* C11: size a multiple of the alignment */
     int32_t *bias = malloc((size_t)IL_TCHUNK * nb * sizeof(int32_t));
     float *dx = malloc((size_t)IL_TCHUNK * nb * sizeof(float));
     const int ok = wp && bias && dx;

@@ -313,3 +313,18 @@ def test_raw_and_view_weights_hold_the_exact_bytes_and_their_owner():
         viewed.set_weight_view("q_proj", b[:, :-1].copy(), 64, "q4_0")
     with pytest.raises(TypeError, match="uint8"):
         viewed.set_weight_view("q_proj", w, 64, "q4_0")
+
+
+def test_switching_between_own_and_shared_kv_requires_reset():
+    rng = np.random.default_rng(6)
+    a, b = make_layer(BASE, rng), make_layer(BASE, rng)
+    pipe = rlxc.Pipeline([a, b], 8)
+    pipe.prefill(np.ones((2, 64), np.float32))
+    b.kv_shared_from = 0        # b's own cache would now miss the positions it skips
+    with pytest.raises(ValueError, match="reset"):
+        pipe.prefill(np.ones((1, 64), np.float32))
+    pipe.reset()
+    pipe.prefill(np.ones((2, 64), np.float32))
+    b.kv_shared_from = -1
+    with pytest.raises(ValueError, match="reset"):
+        pipe.prefill(np.ones((1, 64), np.float32))
