@@ -18,10 +18,11 @@ step() { echo; echo "=== sanitize: $* ($(date +%T))"; }
 step "build with RLXC_SANITIZE=1 into $OUT"
 rm -rf "$OUT/pkg"
 mkdir -p "$OUT/temp" "$OUT/lib" "$OUT/pkg/rlxc"
-RLXC_SANITIZE=1 "$PY" setup.py -q build_ext --build-temp "$OUT/temp" --build-lib "$OUT/lib" > "$OUT/build.log" 2>&1 \
+RLXC_SANITIZE=1 "$PY" setup.py -q build_ext -f --build-temp "$OUT/temp" --build-lib "$OUT/lib" > "$OUT/build.log" 2>&1 \
     || { cat "$OUT/build.log"; exit 1; }
 # The package as the tests import it: the Python sources plus the sanitized extension.
-cp python/rlxc/*.py python/rlxc/*.pyi "$OUT/pkg/rlxc/" 2>/dev/null || cp python/rlxc/*.py "$OUT/pkg/rlxc/"
+cp -r python/rlxc/. "$OUT/pkg/rlxc/"
+rm -rf "$OUT"/pkg/rlxc/_rlxc*.so "$OUT/pkg/rlxc/__pycache__"
 cp "$OUT"/lib/rlxc/_rlxc*.so "$OUT/pkg/rlxc/"
 
 LIBASAN=$(${CC:-gcc} -print-file-name=libasan.so)
@@ -50,15 +51,21 @@ step "the sanitized module is the one imported"
 san "$PY" -c "import rlxc, rlxc._rlxc as m; assert m.__file__.startswith('$OUT/pkg'), m.__file__; print(m.__file__, rlxc.cpu_info()['available_isas'])"
 
 step "pytest under ASan + UBSan"
+# Left to the plain run: RSS measurements (meaningless under ASan, whose quarantine holds freed
+# memory by design), the 10,000-call refcount loop and the short fuzz run (the step below fuzzes).
 (cd tests && san "$PY" -m pytest -q -x -p no:cacheprovider \
+    -k "not test_memory_flat_over_10000_decodes_and_100_pipelines and not test_refcounts_unchanged_after_10000_calls and not test_short_fuzz_run" \
+    --durations=5 \
     test_ops.py test_layer.py test_wtypes.py test_robustness.py test_properties.py test_fuzz_regressions.py) \
     || { check_reports; exit 1; }
 check_reports
 
 if [ "$FUZZ_SECONDS" != 0 ]; then
     step "loader fuzzing under ASan + UBSan for ${FUZZ_SECONDS}s"
+    # --fail-on crash: memory errors, aborts and hangs fail the step; undocumented Python
+    # exceptions from the loaders are reported (and covered by test_fuzz_regressions.py)
     san "$PY" tests/fuzz/run_fuzz.py --engine mutate --seconds "$FUZZ_SECONDS" --seed "${SAN_FUZZ_SEED:-$RANDOM}" \
-        || { check_reports; exit 1; }
+        --fail-on crash --out "$OUT/fuzz-findings" || { check_reports; exit 1; }
     check_reports
 fi
 

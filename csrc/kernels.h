@@ -140,6 +140,29 @@ typedef struct rlxc_kernels {
     void (*softcap)(float *y, float cap, int n);                    /* y = cap * tanh(y / cap) */
 } rlxc_kernels;
 
+/* The table of an ISA whose kernels are named rlxc_<kernel>_<suffix>, with a suffix per group
+ * so that a table can take a group from another ISA: f32 the f32 products, q the Q4_0 / Q8_0
+ * products, wq the Q5_0 / Q4_K / Q6_K products, half the F16 / BF16 products, ops the norms,
+ * RoPE, attention and element-wise kernels. The activation quantizers are named in full (the
+ * reference's have no suffix). Every table is spelled out here once, so a kernel added to the
+ * struct above and here reaches every ISA, and one an ISA lacks fails its build. */
+#define RLXC_KERNEL_TABLE(name, f32, q, quantize_q8_0, wq, half, quantize_q8_k, ops)                            \
+    {                                                                                                           \
+        .isa = name, .matvec_f32 = rlxc_matvec_f32_##f32, .matmul_f32 = rlxc_matmul_f32_##f32,                  \
+        .matvec_q4_0 = rlxc_matvec_q4_0_##q, .matmul_q4_0 = rlxc_matmul_q4_0_##q,                               \
+        .matvec_q8_0 = rlxc_matvec_q8_0_##q, .matmul_q8_0 = rlxc_matmul_q8_0_##q,                               \
+        .quantize_row_q8_0 = quantize_q8_0,                                                                     \
+        .matvec_q5_0 = rlxc_matvec_q5_0_##wq, .matmul_q5_0 = rlxc_matmul_q5_0_##wq,                             \
+        .matvec_q4_k = rlxc_matvec_q4_k_##wq, .matmul_q4_k = rlxc_matmul_q4_k_##wq,                             \
+        .matvec_q6_k = rlxc_matvec_q6_k_##wq, .matmul_q6_k = rlxc_matmul_q6_k_##wq,                             \
+        .matvec_f16 = rlxc_matvec_f16_##half, .matmul_f16 = rlxc_matmul_f16_##half,                             \
+        .matvec_bf16 = rlxc_matvec_bf16_##half, .matmul_bf16 = rlxc_matmul_bf16_##half,                         \
+        .quantize_row_q8_k = quantize_q8_k,                                                                     \
+        .rmsnorm = rlxc_rmsnorm_##ops, .layernorm = rlxc_layernorm_##ops, .rope = rlxc_rope_##ops,              \
+        .attn_head = rlxc_attn_head_##ops, .silu = rlxc_silu_##ops, .gelu_tanh = rlxc_gelu_tanh_##ops,          \
+        .mul = rlxc_mul_##ops, .add = rlxc_add_##ops, .scale = rlxc_scale_##ops, .softcap = rlxc_softcap_##ops, \
+    }
+
 /* Scalar reference kernels: always present, the oracle for every other ISA. */
 extern const rlxc_kernels rlxc_kernels_scalar;
 

@@ -62,7 +62,7 @@ static float dot_f32(const float *a, const float *b, int n) {
 }
 
 /* Per block: exact integer dot, then scaled by both block scales (ggml's order). */
-static float dot_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x, int nb) {
+static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *x, int nb) {
     float s = 0.0f;
     for (int b = 0; b < nb; b++) {
         int sumi = 0;
@@ -75,7 +75,7 @@ static float dot_q4_0_q8_0(const block_q4_0 *w, const block_q8_0 *x, int nb) {
     return s;
 }
 
-static float dot_q8_0_q8_0(const block_q8_0 *w, const block_q8_0 *x, int nb) {
+static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int nb) {
     float s = 0.0f;
     for (int b = 0; b < nb; b++) {
         int sumi = 0;
@@ -85,33 +85,9 @@ static float dot_q8_0_q8_0(const block_q8_0 *w, const block_q8_0 *x, int nb) {
     return s;
 }
 
-void rlxc_matvec_f32_scalar(float *y, const float *w, const float *x, int N, int K) {
-    for (int n = 0; n < N; n++) y[n] = dot_f32(w + (size_t)n * K, x, K);
-}
-
-void rlxc_matmul_f32_scalar(float *y, int ldy, const float *w, const float *x, int N, int K, int T) {
-    for (int t = 0; t < T; t++) rlxc_matvec_f32_scalar(y + (size_t)t * ldy, w, x + (size_t)t * K, N, K);
-}
-
-void rlxc_matvec_q4_0_scalar(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
-    const int nb = K / RLXC_QK;
-    for (int n = 0; n < N; n++) y[n] = dot_q4_0_q8_0(w + (size_t)n * nb, xq, nb);
-}
-
-void rlxc_matmul_q4_0_scalar(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T) {
-    const int nb = K / RLXC_QK;
-    for (int t = 0; t < T; t++) rlxc_matvec_q4_0_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * nb, N, K);
-}
-
-void rlxc_matvec_q8_0_scalar(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {
-    const int nb = K / RLXC_QK;
-    for (int n = 0; n < N; n++) y[n] = dot_q8_0_q8_0(w + (size_t)n * nb, xq, nb);
-}
-
-void rlxc_matmul_q8_0_scalar(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T) {
-    const int nb = K / RLXC_QK;
-    for (int t = 0; t < T; t++) rlxc_matvec_q8_0_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * nb, N, K);
-}
+RLXC_DEFINE_SCALAR_MAT(f32, float, float, 1)
+RLXC_DEFINE_SCALAR_MAT(q4_0, block_q4_0, block_q8_0, RLXC_QK)
+RLXC_DEFINE_SCALAR_MAT(q8_0, block_q8_0, block_q8_0, RLXC_QK)
 
 /* ---- norms ---- */
 
@@ -193,24 +169,5 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
     for (int i = 0; i < n; i++) y[i] = cap * tanhf(y[i] / cap);
 }
 
-const rlxc_kernels rlxc_kernels_scalar = {
-    .isa = "scalar",
-    .matvec_f32 = rlxc_matvec_f32_scalar,
-    .matmul_f32 = rlxc_matmul_f32_scalar,
-    .matvec_q4_0 = rlxc_matvec_q4_0_scalar,
-    .matmul_q4_0 = rlxc_matmul_q4_0_scalar,
-    .matvec_q8_0 = rlxc_matvec_q8_0_scalar,
-    .matmul_q8_0 = rlxc_matmul_q8_0_scalar,
-    .quantize_row_q8_0 = rlxc_quantize_row_q8_0,
-    RLXC_SCALAR_WTYPE_KERNELS,
-    .rmsnorm = rlxc_rmsnorm_scalar,
-    .layernorm = rlxc_layernorm_scalar,
-    .rope = rlxc_rope_scalar,
-    .attn_head = rlxc_attn_head_scalar,
-    .silu = rlxc_silu_scalar,
-    .gelu_tanh = rlxc_gelu_tanh_scalar,
-    .mul = rlxc_mul_scalar,
-    .add = rlxc_add_scalar,
-    .scale = rlxc_scale_scalar,
-    .softcap = rlxc_softcap_scalar,
-};
+const rlxc_kernels rlxc_kernels_scalar = RLXC_KERNEL_TABLE("scalar", scalar, scalar, rlxc_quantize_row_q8_0, scalar, scalar,
+                                                           rlxc_quantize_row_q8_k, scalar);

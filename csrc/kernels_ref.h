@@ -38,13 +38,17 @@ void rlxc_matmul_bf16_scalar(float *y, int ldy, const rlxc_bf16 *w, const float 
 /* Fills a Q8_K block's sums of 16 from its quants. */
 void rlxc_q8_k_bsums(block_q8_k *b);
 
-/* Their table entries, for the scalar table and for ISA tables without their own versions. */
-#define RLXC_SCALAR_WTYPE_KERNELS                                                                 \
-    .matvec_q5_0 = rlxc_matvec_q5_0_scalar, .matmul_q5_0 = rlxc_matmul_q5_0_scalar,               \
-    .matvec_q4_k = rlxc_matvec_q4_k_scalar, .matmul_q4_k = rlxc_matmul_q4_k_scalar,               \
-    .matvec_q6_k = rlxc_matvec_q6_k_scalar, .matmul_q6_k = rlxc_matmul_q6_k_scalar,               \
-    .matvec_f16 = rlxc_matvec_f16_scalar, .matmul_f16 = rlxc_matmul_f16_scalar,                   \
-    .matvec_bf16 = rlxc_matvec_bf16_scalar, .matmul_bf16 = rlxc_matmul_bf16_scalar,               \
-    .quantize_row_q8_k = rlxc_quantize_row_q8_k
+/* The scalar matvec of a weight type, one dot_<kind>(w_row, x, blocks) per row, and its matmul,
+ * one matvec per token; a row holds K / qk blocks. */
+#define RLXC_DEFINE_SCALAR_MAT(kind, wtype, xtype, qk)                                                 \
+    void rlxc_matvec_##kind##_scalar(float *y, const wtype *w, const xtype *xq, int N, int K) {        \
+        const int nb = K / (qk);                                                                       \
+        for (int n = 0; n < N; n++) y[n] = dot_##kind(w + (size_t)n * nb, xq, nb);                     \
+    }                                                                                                  \
+    void rlxc_matmul_##kind##_scalar(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, \
+                                      int T) {                                                         \
+        for (int t = 0; t < T; t++)                                                                    \
+            rlxc_matvec_##kind##_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * (K / (qk)), N, K);    \
+    }
 
 #endif

@@ -183,20 +183,8 @@ static float dot_bf16(const rlxc_bf16 *w, const float *x, int K) {
     return s;
 }
 
-/* matvec: one dot_<kind> per row; matmul: one matvec per token. A row holds K / qk blocks. */
-#define DEFINE_SCALAR_MAT(kind, wtype, xtype, qk)                                                       \
-    void rlxc_matvec_##kind##_scalar(float *y, const wtype *w, const xtype *xq, int N, int K) {         \
-        const int nb = K / (qk);                                                                        \
-        for (int n = 0; n < N; n++) y[n] = dot_##kind(w + (size_t)n * nb, xq, nb);                      \
-    }                                                                                                   \
-    void rlxc_matmul_##kind##_scalar(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, \
-                                      int T) {                                                          \
-        for (int t = 0; t < T; t++)                                                                     \
-            rlxc_matvec_##kind##_scalar(y + (size_t)t * ldy, w, xq + (size_t)t * (K / (qk)), N, K);    \
-    }
-
-DEFINE_SCALAR_MAT(q5_0, block_q5_0, block_q8_0, RLXC_QK)
-DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
-DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)
-DEFINE_SCALAR_MAT(f16, rlxc_fp16, float, 1)
-DEFINE_SCALAR_MAT(bf16, rlxc_bf16, float, 1)
+RLXC_DEFINE_SCALAR_MAT(q5_0, block_q5_0, block_q8_0, RLXC_QK)
+RLXC_DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
+RLXC_DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)
+RLXC_DEFINE_SCALAR_MAT(f16, rlxc_fp16, float, 1)
+RLXC_DEFINE_SCALAR_MAT(bf16, rlxc_bf16, float, 1)

@@ -4,22 +4,7 @@
 
 #include "avx2.h"
 
-/* Runs an 8-wide body over n floats; the n % 8 tail goes through the same body on a padded
- * copy, so tails and bulk share one formula. */
-#define MAP8(n, body_x_to_v, y, x)                                       \
-    do {                                                                 \
-        int i_ = 0;                                                      \
-        for (; i_ + 8 <= (n); i_ += 8) {                                 \
-            const __m256 v_ = _mm256_loadu_ps((x) + i_);                 \
-            _mm256_storeu_ps((y) + i_, body_x_to_v(v_));                 \
-        }                                                                \
-        if (i_ < (n)) {                                                  \
-            float buf_[8] = {0};                                         \
-            for (int j_ = i_; j_ < (n); j_++) buf_[j_ - i_] = (x)[j_];   \
-            _mm256_storeu_ps(buf_, body_x_to_v(_mm256_loadu_ps(buf_)));  \
-            for (int j_ = i_; j_ < (n); j_++) (y)[j_] = buf_[j_ - i_];   \
-        }                                                                \
-    } while (0)
+#define MAP8(n, body_v_to_v, y, x) RLXC_MAP_PADDED(8, _mm256_loadu_ps, _mm256_storeu_ps, n, body_v_to_v, y, x)
 
 RLXC_INLINE __m256 silu8(__m256 x) {
     const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));

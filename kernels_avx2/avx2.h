@@ -6,9 +6,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "../csrc/kernels.h"
-
-#define RLXC_INLINE static inline __attribute__((always_inline))
+#include "../csrc/kernels_simd.h"
 
 /* Register tiles are R x C arrays with R, C <= TILE_MAX, compile-time constants after
  * inlining. They stay in registers only if they are fixed-size (not VLAs) and every loop over
@@ -51,6 +49,12 @@ RLXC_INLINE __m256i rlxc_q4_nibbles256(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
+/* 8 int32 sums of 4 products of unsigned bytes q with signed bytes xq: maddubs into int16
+ * pairs (the caller keeps them from saturating), madd widens them. */
+RLXC_INLINE __m256i rlxc_dot_u8s8(__m256i q, __m256i xq) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1));
+}
+
 /* 32 int32 (q[0] .. q[3], in element order) -> 32 int8 in order, saturating. The packs work
  * per 128-bit lane, leaving dwords in the order 0,2,4,6,1,3,5,7; the permute undoes it. */
 RLXC_INLINE __m256i rlxc_pack_i8x32(const __m256i q[4]) {
@@ -74,36 +78,29 @@ RLXC_INLINE __m128i rlxc_q4_k_scales128(const uint8_t *s) {
     return _mm_or_si128(lo, hi);
 }
 
-/* Row/token driver of a quantized GEMM (and its T == 1 matvec) around a register tile
- * tile(y, ldy, w, xq, nb, R, C). Decode uses MV_R x 1 tiles; the GEMM GM_R x GM_C tiles,
- * over chunks of RLXC_TCHUNK tokens so that a chunk's activations stay in L2 while every
- * row streams past them. Leftover rows and tokens take 1-row / 1-token tiles. */
-#define RLXC_TCHUNK 64
-#define RLXC_DEFINE_QMATMUL(name, wtype, tile, MV_R, GM_R, GM_C) \
-    RLXC_DEFINE_MATMUL(name, wtype, block_q8_0, RLXC_QK, tile, MV_R, GM_R, GM_C)
-/* The same for any activation type xtype of qk weights per block (Q8_K: 256; float: 1). */
-#define RLXC_DEFINE_MATMUL(name, wtype, xtype, qk, tile, MV_R, GM_R, GM_C)                                     \
-    void name(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, int T) {                       \
-        const int nb = K / (qk);                                                                               \
-        for (int t0 = 0; t0 < T; t0 += RLXC_TCHUNK) {                                                          \
-            const int t1 = t0 + RLXC_TCHUNK < T ? t0 + RLXC_TCHUNK : T;                                        \
-            int n = 0;                                                                                         \
-            for (; t1 - t0 >= (GM_C) && n + (GM_R) <= N; n += (GM_R)) {                                        \
-                int t = t0;                                                                                    \
-                for (; t + (GM_C) <= t1; t += (GM_C))                                                          \
-                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, GM_C); \
-                for (; t < t1; t++)                                                                            \
-                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, 1);  \
-            }                                                                                                  \
-            for (int t = t0; t < t1; t++) {                                                                    \
-                int m = n;                                                                                     \
-                for (; m + (MV_R) <= N; m += (MV_R))                                                           \
-                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, MV_R, 1);  \
-                for (; m < N; m++)                                                                               \
-                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, 1, 1);     \
-            }                                                                                                  \
-        }                                                                                                      \
-    }
+/* rlxc_q4_k_scales128 widened: sc[0..8) as int16, and m[0..8) in *m. */
+RLXC_INLINE __m128i rlxc_q4_k_scales16(const uint8_t *s, __m128i *m) {
+    const __m128i sm = rlxc_q4_k_scales128(s), sc = _mm_cvtepu8_epi16(sm);
+    *m = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    return sc;
+}
+
+/* A Q8_K block's sums over its 8 sub-blocks of 32, from bsums (int16: each within 32 * 127),
+ * which the Q4_K mins multiply. */
+RLXC_INLINE __m128i rlxc_q8_k_sums32(const block_q8_k *x) {
+    return _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)x->bsums), _mm_loadu_si128((const __m128i *)(x->bsums + 8)));
+}
+
+/* A Q6_K block's 16 scales as int16. */
+RLXC_INLINE __m256i rlxc_q6_k_scales16(const block_q6_k *b) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+}
+
+/* The -32 offset of the Q6_K quants against a Q8_K block: 32 * sum_j sc[j] * bsums[j] as 8 int32
+ * partial sums, from the scales as int16 (32 * sc still fits: |sc| <= 128). */
+RLXC_INLINE __m256i rlxc_q6_k_offset_sums(__m256i sc16, const block_q8_k *x) {
+    return _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), _mm256_loadu_si256((const __m256i *)x->bsums));
+}
 
 void rlxc_matvec_f32_avx2(float *y, const float *w, const float *x, int N, int K);
 void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
@@ -139,14 +136,5 @@ void rlxc_matmul_f16_avx2(float *y, int ldy, const rlxc_fp16 *w, const float *x,
 void rlxc_matvec_bf16_avx2(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
 void rlxc_matmul_bf16_avx2(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
 void rlxc_quantize_row_q8_k_avx2(block_q8_k *y, const float *x, int K);
-
-/* Their table entries, shared by the AVX2 and AVX-512 tables. */
-#define RLXC_AVX2_WTYPE_KERNELS                                                                   \
-    .matvec_q5_0 = rlxc_matvec_q5_0_avx2, .matmul_q5_0 = rlxc_matmul_q5_0_avx2,                   \
-    .matvec_q4_k = rlxc_matvec_q4_k_avx2, .matmul_q4_k = rlxc_matmul_q4_k_avx2,                   \
-    .matvec_q6_k = rlxc_matvec_q6_k_avx2, .matmul_q6_k = rlxc_matmul_q6_k_avx2,                   \
-    .matvec_f16 = rlxc_matvec_f16_avx2, .matmul_f16 = rlxc_matmul_f16_avx2,                       \
-    .matvec_bf16 = rlxc_matvec_bf16_avx2, .matmul_bf16 = rlxc_matmul_bf16_avx2,                   \
-    .quantize_row_q8_k = rlxc_quantize_row_q8_k_avx2
 
 #endif

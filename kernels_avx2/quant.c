@@ -31,10 +31,7 @@ void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K) {
             RLXC_NO_CONTRACT(s);
             q[i] = round_half_away_epi32(s);
         }
-        /* packs interleave the 128-bit lanes: dwords come out as 0,2,4,6,1,3,5,7 */
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)y[b].qs,
-                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        _mm256_storeu_si256((__m256i *)y[b].qs, rlxc_pack_i8x32(q));
         y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
 }
@@ -48,7 +45,6 @@ void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K) {
  * stay below 2 * 15 * 127, so maddubs never saturates. */
 RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *x, int nb,
                            const int R, const int C) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TILE_MAX][TILE_MAX];
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
@@ -63,10 +59,10 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             const block_q8_0 *xb = x + t * nb + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
-            const __m256i x8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xq), ones);
+            const __m256i x8 = rlxc_dot_u8s8(_mm256_set1_epi8(8), xq);
             const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(nib[r], xq), ones), x8);
+                const __m256i dot = _mm256_sub_epi32(rlxc_dot_u8s8(nib[r], xq), x8);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
             }
         }
@@ -79,7 +75,6 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
  * the pair sums stay within 2 * 128 * 127. */
 RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *x, int nb,
                            const int R, const int C) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TILE_MAX][TILE_MAX];
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
@@ -97,8 +92,7 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
             const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i p = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(xq, wq[r]));
-                const __m256i dot = _mm256_madd_epi16(p, ones);
+                const __m256i dot = rlxc_dot_u8s8(wabs[r], _mm256_sign_epi8(xq, wq[r]));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
             }
         }
@@ -111,11 +105,5 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
  * registers: 2 x 4 spills). For Q4_0 with many tokens gemm.c's interleaved GEMM takes over. */
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_rows_avx2, block_q4_0, q4_0_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 3)
-
-void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
-    rlxc_matmul_q4_0_rows_avx2(y, N, w, xq, N, K, 1);
-}
-
-void rlxc_matvec_q8_0_avx2(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {
-    rlxc_matmul_q8_0_avx2(y, N, w, xq, N, K, 1);
-}
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx2, rlxc_matmul_q4_0_rows_avx2, block_q4_0, block_q8_0)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx2, rlxc_matmul_q8_0_avx2, block_q8_0, block_q8_0)

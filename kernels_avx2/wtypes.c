@@ -8,12 +8,7 @@
 #include <string.h>
 
 #include "../csrc/kernels_ref.h"
-#include "avx2.h"
-
-#define DEFINE_MATVEC(kind, wtype, xtype)                                              \
-    void rlxc_matvec_##kind##_avx2(float *y, const wtype *w, const xtype *xq, int N, int K) { \
-        rlxc_matmul_##kind##_avx2(y, N, w, xq, N, K, 1);                               \
-    }
+#include "q8_0_tile.h"
 
 /* ---- Q5_0 ---- */
 
@@ -29,37 +24,16 @@ RLXC_INLINE __m256i q5_0_high(const uint8_t *qh) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-/* As quant.c's Q4_0 tile with 5-bit quants 0..31; the int16 pair sums stay within
- * 2 * 31 * 128, so maddubs never saturates. */
-RLXC_INLINE void q5_0_tile(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *x, int nb, const int R,
-                           const int C) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[TILE_MAX][TILE_MAX];
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q5_0));
-        __m256i q[TILE_MAX];
-        __m256 dw[TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const block_q5_0 *wb = w + r * nb + b;
-            q[r] = _mm256_or_si256(rlxc_q4_nibbles256(wb->qs), q5_0_high(wb->qh));
-            dw[r] = _mm256_set1_ps(rlxc_h2f(wb->d));
-        }
-        RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_0 *xb = x + t * nb + b;
-            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
-            const __m256i x16 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(16), xq), ones);
-            const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q[r], xq), ones), x16);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
-            }
-        }
-    }
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+/* Quants 0..31, offset 16: the int16 pair sums stay within 2 * 31 * 128, so maddubs never
+ * saturates. */
+RLXC_INLINE __m256i q5_0_quants(const block_q5_0 *b) {
+    return _mm256_or_si256(rlxc_q4_nibbles256(b->qs), q5_0_high(b->qh));
 }
+RLXC_INLINE __m256i q5_0_offset_sums(__m256i xq) { return rlxc_dot_u8s8(_mm256_set1_epi8(16), xq); }
+RLXC_INLINE __m256i q5_0_dot(__m256i q, __m256i xq, __m256i offset_sums) {
+    return _mm256_sub_epi32(rlxc_dot_u8s8(q, xq), offset_sums);
+}
+RLXC_DEFINE_Q8_0_TILE(q5_0_tile, block_q5_0, q5_0_quants, q5_0_offset_sums, q5_0_dot)
 
 /* ---- Q4_K ---- */
 
@@ -78,9 +52,7 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         __m128i mins[TILE_MAX]; /* m[0..8) as int16 */
         __m256i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const __m128i sm = rlxc_q4_k_scales128(w[r * nb + b].scales);
-            sc[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-            mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            sc[r] = _mm256_broadcastsi128_si256(rlxc_q4_k_scales16(w[r * nb + b].scales, &mins[r]));
             RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
         }
         /* 64 quants per step: sub-block 2i in the low nibbles of 32 bytes, 2i + 1 in the high */
@@ -100,9 +72,7 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
             }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             const block_q8_k *xb = x + t * nb + b;
-            /* sums of x over each sub-block of 32 (within 32 * 127: int16) */
-            const __m128i xs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
-                                              _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
+            const __m128i xs = rlxc_q8_k_sums32(xb);
             RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const block_q4_k *wb = w + r * nb + b;
                 const __m256i msum = _mm256_zextsi128_si256(_mm_madd_epi16(mins[r], xs)); /* 4 lanes, rest 0 */
@@ -163,11 +133,10 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
             }
         RLXC_UNROLL for (int r = 0; r < R; r++) {
             const block_q6_k *wb = w + r * nb + b;
-            /* 32 * sc[j] fits int16 (|sc| <= 128) */
-            const __m256i sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales)), 5);
+            const __m256i sc16 = rlxc_q6_k_scales16(wb);
             RLXC_UNROLL for (int t = 0; t < C; t++) {
                 const block_q8_k *xb = x + t * nb + b;
-                const __m256i bias = _mm256_madd_epi16(sc32, _mm256_loadu_si256((const __m256i *)xb->bsums));
+                const __m256i bias = rlxc_q6_k_offset_sums(sc16, xb);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r][t], bias)),
                                             _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d), acc[r][t]);
             }
@@ -264,8 +233,8 @@ RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
-DEFINE_MATVEC(q5_0, block_q5_0, block_q8_0)
-DEFINE_MATVEC(q4_k, block_q4_k, block_q8_k)
-DEFINE_MATVEC(q6_k, block_q6_k, block_q8_k)
-DEFINE_MATVEC(f16, rlxc_fp16, float)
-DEFINE_MATVEC(bf16, rlxc_bf16, float)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx2, rlxc_matmul_q5_0_avx2, block_q5_0, block_q8_0)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k)
+RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2, rlxc_fp16, float)
+RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2, rlxc_bf16, float)

@@ -21,12 +21,4 @@ void rlxc_matmul_q4_k_avx512(float *y, int ldy, const block_q4_k *w, const block
 void rlxc_matvec_q6_k_avx512(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
 void rlxc_matmul_q6_k_avx512(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
 
-#define RLXC_AVX512_WTYPE_KERNELS                                                                 \
-    .matvec_q5_0 = rlxc_matvec_q5_0_avx512, .matmul_q5_0 = rlxc_matmul_q5_0_avx512,               \
-    .matvec_q4_k = rlxc_matvec_q4_k_avx512, .matmul_q4_k = rlxc_matmul_q4_k_avx512,               \
-    .matvec_q6_k = rlxc_matvec_q6_k_avx512, .matmul_q6_k = rlxc_matmul_q6_k_avx512,               \
-    .matvec_f16 = rlxc_matvec_f16_avx2, .matmul_f16 = rlxc_matmul_f16_avx2,                       \
-    .matvec_bf16 = rlxc_matvec_bf16_avx2, .matmul_bf16 = rlxc_matmul_bf16_avx2,                   \
-    .quantize_row_q8_k = rlxc_quantize_row_q8_k_avx2
-
 #endif

@@ -7,42 +7,25 @@
 #include <string.h>
 
 #include "avx512.h"
+#include "../kernels_avx2/q8_0_tile.h"
 
 /* ---- Q5_0 (256-bit) ---- */
 
-RLXC_INLINE void q5_0_tile(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *x, int nb, const int R,
-                           const int C) {
-    __m256 acc[TILE_MAX][TILE_MAX];
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q5_0));
-        __m256i q[TILE_MAX];
-        __m256 dw[TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const block_q5_0 *wb = w + r * nb + b;
-            const __m256i nib = rlxc_q4_nibbles256(wb->qs);
-            uint32_t qh;
-            memcpy(&qh, wb->qh, sizeof qh);
-            q[r] = _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
-            dw[r] = _mm256_set1_ps(rlxc_h2f(wb->d));
-        }
-        RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_0 *xb = x + t * nb + b;
-            const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
-            /* -16 * sum(x) per 4-byte group: the dots start from it */
-            const __m256i bias = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                  _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), xq));
-            const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i dot = _mm256_dpbusd_epi32(bias, q[r], xq);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw[r], dx), acc[r][t]);
-            }
-        }
-    }
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+RLXC_INLINE __m256i q5_0_quants(const block_q5_0 *b) {
+    const __m256i nib = rlxc_q4_nibbles256(b->qs);
+    uint32_t qh;
+    memcpy(&qh, b->qh, sizeof qh);
+    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
 }
+
+/* -16 * sum(x) per 4-byte group: the dots start from it */
+RLXC_INLINE __m256i q5_0_offset_start(__m256i xq) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(16), xq));
+}
+
+RLXC_INLINE __m256i q5_0_dot(__m256i q, __m256i xq, __m256i start) { return _mm256_dpbusd_epi32(start, q, xq); }
+
+RLXC_DEFINE_Q8_0_TILE(q5_0_tile, block_q5_0, q5_0_quants, q5_0_offset_start, q5_0_dot)
 
 /* ---- Q4_K ---- */
 
@@ -66,9 +49,7 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         __m128i mins[TILE_MAX];
         __m512i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const __m128i sm = rlxc_q4_k_scales128(w[r * nb + b].scales);
-            sc[r] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
-            mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            sc[r] = _mm512_broadcast_i32x4(rlxc_q4_k_scales16(w[r * nb + b].scales, &mins[r]));
             RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm512_setzero_si512();
         }
         RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++) {
@@ -85,8 +66,7 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             const block_q8_k *xb = x + t * nb + b;
-            const __m128i xs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
-                                              _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
+            const __m128i xs = rlxc_q8_k_sums32(xb);
             RLXC_UNROLL for (int r = 0; r < R; r++) {
                 const block_q4_k *wb = w + r * nb + b;
                 const __m512i msum = _mm512_zextsi128_si512(_mm_madd_epi16(mins[r], xs));
@@ -130,11 +110,10 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         __m512i sc[TILE_MAX]; /* the 16 scales as int16 in the low 256 bits */
         __m512i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[r * nb + b].scales));
+            const __m256i s16 = rlxc_q6_k_scales16(&w[r * nb + b]);
             sc[r] = _mm512_castsi256_si512(s16);
             RLXC_UNROLL for (int t = 0; t < C; t++) {
-                const __m256i bias = _mm256_madd_epi16(_mm256_slli_epi16(s16, 5), /* 32 * sc fits int16 */
-                                                       _mm256_loadu_si256((const __m256i *)x[t * nb + b].bsums));
+                const __m256i bias = rlxc_q6_k_offset_sums(s16, &x[t * nb + b]);
                 sumi[r][t] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), bias));
             }
         }
@@ -165,15 +144,6 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
-
-void rlxc_matvec_q5_0_avx512(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K) {
-    rlxc_matmul_q5_0_avx512(y, N, w, xq, N, K, 1);
-}
-
-void rlxc_matvec_q4_k_avx512(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K) {
-    rlxc_matmul_q4_k_avx512(y, N, w, xq, N, K, 1);
-}
-
-void rlxc_matvec_q6_k_avx512(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K) {
-    rlxc_matmul_q6_k_avx512(y, N, w, xq, N, K, 1);
-}
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_avx512, block_q5_0, block_q8_0)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k)

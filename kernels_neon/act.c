@@ -4,6 +4,8 @@
 
 #include "neon.h"
 
+#define MAP4(n, body_v_to_v, y, x) RLXC_MAP_PADDED(4, vld1q_f32, vst1q_f32, n, body_v_to_v, y, x)
+
 RLXC_INLINE float32x4_t silu4(float32x4_t x) {
     const float32x4_t e = Sleef_expf4_u10advsimd(vnegq_f32(x));
     return vdivq_f32(x, vaddq_f32(vdupq_n_f32(1.0f), e));
@@ -16,14 +18,14 @@ RLXC_INLINE float32x4_t gelu_tanh4(float32x4_t x) {
     return vmulq_f32(vmulq_n_f32(x, 0.5f), vaddq_f32(vdupq_n_f32(1.0f), t));
 }
 
-void rlxc_silu_neon(float *y, const float *x, int n) { RLXC_NEON_MAP4(n, silu4, y, x); }
+void rlxc_silu_neon(float *y, const float *x, int n) { MAP4(n, silu4, y, x); }
 
-void rlxc_gelu_tanh_neon(float *y, const float *x, int n) { RLXC_NEON_MAP4(n, gelu_tanh4, y, x); }
+void rlxc_gelu_tanh_neon(float *y, const float *x, int n) { MAP4(n, gelu_tanh4, y, x); }
 
 void rlxc_softcap_neon(float *y, float cap, int n) {
     const float32x4_t c = vdupq_n_f32(cap);
 #define SOFTCAP4(v) vmulq_f32(c, Sleef_tanhf4_u10advsimd(vdivq_f32((v), c)))
-    RLXC_NEON_MAP4(n, SOFTCAP4, y, y);
+    MAP4(n, SOFTCAP4, y, y);
 #undef SOFTCAP4
 }
 

@@ -46,6 +46,4 @@ void rlxc_matmul_f32_neon(float *y, int ldy, const float *w, const float *x, int
     }
 }
 
-void rlxc_matvec_f32_neon(float *y, const float *w, const float *x, int N, int K) {
-    rlxc_matmul_f32_neon(y, N, w, x, N, K, 1);
-}
+RLXC_DEFINE_MATVEC(rlxc_matvec_f32_neon, rlxc_matmul_f32_neon, float, float)

@@ -2,9 +2,9 @@
  *
  * Everything here is plain ARMv8.0 Advanced SIMD (mandatory on AArch64), so the directory
  * compiles for -march=armv8-a and runs on every aarch64 CPU. The only newer instruction used
- * is SDOT (ARMv8.2 dotprod), confined to the functions of quant_dotprod.c, which carry their
- * own target attribute; rlxc_kernels_neon() picks that table only when HWCAP_ASIMDDP says the
- * CPU has it. */
+ * is SDOT (ARMv8.2 dotprod), confined to the functions of quant_dotprod.c, which that file
+ * alone compiles for the dotprod target; rlxc_kernels_neon() picks that table only when
+ * HWCAP_ASIMDDP says the CPU has it. */
 #ifndef RLXC_KERNELS_NEON_H
 #define RLXC_KERNELS_NEON_H
 
@@ -12,9 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../csrc/kernels.h"
-
-#define RLXC_INLINE static inline __attribute__((always_inline))
+#include "../csrc/kernels_simd.h"
 
 /* Register tiles are R x C with R, C <= TILE_MAX, compile-time constants after inlining;
  * fixed-size arrays (not VLAs) let gcc keep them in the 32 vector registers. */
@@ -41,49 +39,6 @@ RLXC_INLINE rlxc_fp16 rlxc_neon_f2h(float x) {
 RLXC_INLINE void rlxc_neon_prefetch(const void *p, const size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
-
-/* Runs a 4-wide body over n floats; the n % 4 tail goes through the same body on a padded
- * copy, so tails and bulk share one formula (and one rounding). */
-#define RLXC_NEON_MAP4(n, body_v_to_v, y, x)                                   \
-    do {                                                                       \
-        int i_ = 0;                                                            \
-        for (; i_ + 4 <= (n); i_ += 4) vst1q_f32((y) + i_, body_v_to_v(vld1q_f32((x) + i_))); \
-        if (i_ < (n)) {                                                        \
-            float buf_[4] = {0};                                               \
-            for (int j_ = i_; j_ < (n); j_++) buf_[j_ - i_] = (x)[j_];         \
-            vst1q_f32(buf_, body_v_to_v(vld1q_f32(buf_)));                     \
-            for (int j_ = i_; j_ < (n); j_++) (y)[j_] = buf_[j_ - i_];         \
-        }                                                                      \
-    } while (0)
-
-/* Row/token driver of a quantized GEMM (and its T == 1 matvec) around a register tile
- * tile(y, ldy, w, xq, nb, R, C). Decode uses MV_R x 1 tiles; the GEMM GM_R x GM_C tiles, so
- * every weight block loaded serves GM_C tokens, over chunks of RLXC_NEON_TCHUNK tokens so a
- * chunk's activations stay in L2 while every row streams past them. Leftover rows and tokens
- * take 1-row / 1-token tiles. `attr` is the target attribute of the generated function. */
-#define RLXC_NEON_TCHUNK 64
-#define RLXC_NEON_DEFINE_QMATMUL(attr, name, wtype, tile, MV_R, GM_R, GM_C)                          \
-    attr void name(float *y, int ldy, const wtype *w, const block_q8_0 *xq, int N, int K, int T) {    \
-        const int nb = K / RLXC_QK;                                                                   \
-        for (int t0 = 0; t0 < T; t0 += RLXC_NEON_TCHUNK) {                                            \
-            const int t1 = t0 + RLXC_NEON_TCHUNK < T ? t0 + RLXC_NEON_TCHUNK : T;                     \
-            int n = 0;                                                                                \
-            for (; t1 - t0 >= (GM_C) && n + (GM_R) <= N; n += (GM_R)) {                               \
-                int t = t0;                                                                           \
-                for (; t + (GM_C) <= t1; t += (GM_C))                                                 \
-                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, GM_C); \
-                for (; t < t1; t++)                                                                   \
-                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, 1); \
-            }                                                                                         \
-            for (int t = t0; t < t1; t++) {                                                           \
-                int m = n;                                                                            \
-                for (; m + (MV_R) <= N; m += (MV_R))                                                  \
-                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, MV_R, 1); \
-                for (; m < N; m++)                                                                    \
-                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, 1, 1); \
-            }                                                                                         \
-        }                                                                                             \
-    }
 
 /* Kernels shared by both tables (plain ARMv8.0 NEON). */
 void rlxc_matvec_f32_neon(float *y, const float *w, const float *x, int N, int K);

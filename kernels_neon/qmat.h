@@ -2,14 +2,13 @@
  * matvec and blocked GEMM). Included once per integer-dot flavour, so the plain and the
  * dotprod tables share every line except the 32-element int8 dot itself. The includer
  * defines:
- *   QMAT_ATTR       attribute of every function generated here (a target, or nothing)
  *   QMAT_NAME(f)    the exported name of kernel f, e.g. f##_neon
  *   QMAT_DOT32      int32x4_t QMAT_DOT32(int32x4_t acc, int8x16_t w_lo, int8x16_t w_hi,
  *                                        int8x16_t x_lo, int8x16_t x_hi):
  *                   acc plus the 32 products w[j] * x[j], spread over the 4 lanes (exact).
  */
 #ifndef QMAT_DOT32
-#error "define QMAT_ATTR, QMAT_NAME and QMAT_DOT32 before including qmat.h"
+#error "define QMAT_NAME and QMAT_DOT32 before including qmat.h"
 #endif
 
 /* Weight block i of a row-major Q4_0 (q4 = 1) or Q8_0 (q4 = 0) matrix -> its scale and 32
@@ -36,8 +35,8 @@ RLXC_INLINE float qmat_load_w(const void *w, size_t i, const int q4, int8x16_t *
  * end (another order than the scalar reference's, hence close but not bit-identical).
  * A decode tile (C == 1) prefetches the next R rows linearly, R blocks per block step; GEMM
  * tiles reuse their rows from cache across the token tiles of a chunk and skip it. */
-QMAT_ATTR RLXC_INLINE void qmat_tile(float *y, int ldy, const void *w, const block_q8_0 *x, int nb,
-                                     const int R, const int C, const int q4) {
+RLXC_INLINE void qmat_tile(float *y, int ldy, const void *w, const block_q8_0 *x, int nb,
+                           const int R, const int C, const int q4) {
     const size_t wsize = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     float32x4_t acc[TILE_MAX][TILE_MAX];
     for (int r = 0; r < R; r++)
@@ -61,25 +60,19 @@ QMAT_ATTR RLXC_INLINE void qmat_tile(float *y, int ldy, const void *w, const blo
         for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = vaddvq_f32(acc[r][t]);
 }
 
-QMAT_ATTR RLXC_INLINE void qmat_tile_q4_0(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *x, int nb,
-                                          const int R, const int C) {
+RLXC_INLINE void qmat_tile_q4_0(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *x, int nb,
+                                const int R, const int C) {
     qmat_tile(y, ldy, w, x, nb, R, C, 1);
 }
 
-QMAT_ATTR RLXC_INLINE void qmat_tile_q8_0(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *x, int nb,
-                                          const int R, const int C) {
+RLXC_INLINE void qmat_tile_q8_0(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *x, int nb,
+                                const int R, const int C) {
     qmat_tile(y, ldy, w, x, nb, R, C, 0);
 }
 
 /* Decode streams 4 rows per tile; the GEMM keeps 4 rows x 4 tokens of accumulators (16 of the
  * 32 vector registers, the unpacked rows another 8). */
-RLXC_NEON_DEFINE_QMATMUL(QMAT_ATTR, QMAT_NAME(rlxc_matmul_q4_0), block_q4_0, qmat_tile_q4_0, 4, 4, 4)
-RLXC_NEON_DEFINE_QMATMUL(QMAT_ATTR, QMAT_NAME(rlxc_matmul_q8_0), block_q8_0, qmat_tile_q8_0, 4, 4, 4)
-
-QMAT_ATTR void QMAT_NAME(rlxc_matvec_q4_0)(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K) {
-    QMAT_NAME(rlxc_matmul_q4_0)(y, N, w, xq, N, K, 1);
-}
-
-QMAT_ATTR void QMAT_NAME(rlxc_matvec_q8_0)(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K) {
-    QMAT_NAME(rlxc_matmul_q8_0)(y, N, w, xq, N, K, 1);
-}
+RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_q4_0), block_q4_0, qmat_tile_q4_0, 4, 4, 4)
+RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_q8_0), block_q8_0, qmat_tile_q8_0, 4, 4, 4)
+RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q4_0), QMAT_NAME(rlxc_matmul_q4_0), block_q4_0, block_q8_0)
+RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q8_0), QMAT_NAME(rlxc_matmul_q8_0), block_q8_0, block_q8_0)

@@ -38,7 +38,6 @@ RLXC_INLINE int32x4_t dot32_smull(int32x4_t acc, int8x16_t w0, int8x16_t w1, int
     return acc;
 }
 
-#define QMAT_ATTR
 #define QMAT_NAME(f) f##_neon
 #define QMAT_DOT32 dot32_smull
 #include "qmat.h"

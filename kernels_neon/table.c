@@ -14,29 +14,10 @@
 #define HWCAP_ASIMDDP (1 << 20) /* <asm/hwcap.h>; older headers lack it */
 #endif
 
-/* The two tables differ only in the suffix of their quantized products. */
-#define NEON_TABLE(q)                                   \
-    {                                                   \
-        .isa = "neon",                                  \
-        .matvec_f32 = rlxc_matvec_f32_neon,             \
-        .matmul_f32 = rlxc_matmul_f32_neon,             \
-        .matvec_q4_0 = rlxc_matvec_q4_0_##q,            \
-        .matmul_q4_0 = rlxc_matmul_q4_0_##q,            \
-        .matvec_q8_0 = rlxc_matvec_q8_0_##q,            \
-        .matmul_q8_0 = rlxc_matmul_q8_0_##q,            \
-        .quantize_row_q8_0 = rlxc_quantize_row_q8_0_neon, \
-        RLXC_SCALAR_WTYPE_KERNELS, /* no NEON versions yet */ \
-        .rmsnorm = rlxc_rmsnorm_neon,                   \
-        .layernorm = rlxc_layernorm_neon,               \
-        .rope = rlxc_rope_neon,                         \
-        .attn_head = rlxc_attn_head_neon,               \
-        .silu = rlxc_silu_neon,                         \
-        .gelu_tanh = rlxc_gelu_tanh_neon,               \
-        .mul = rlxc_mul_neon,                           \
-        .add = rlxc_add_neon,                           \
-        .scale = rlxc_scale_neon,                       \
-        .softcap = rlxc_softcap_neon,                   \
-    }
+/* The two tables differ only in their quantized products; the other weight types have no NEON
+ * versions yet. */
+#define NEON_TABLE(q) \
+    RLXC_KERNEL_TABLE("neon", neon, q, rlxc_quantize_row_q8_0_neon, scalar, scalar, rlxc_quantize_row_q8_k, neon)
 
 static const rlxc_kernels plain = NEON_TABLE(neon);
 static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod);

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# Builds the kernel library the way setup.py does (each ISA directory with its own flags,
-# nothing else with ISA flags), links tests/test_kernels.c against it and runs it.
+# Builds the kernel library the way setup.py does, with its flags (tests/setup_flags.py): the
+# reference with setup.py's COMMON flags, each kernel directory of the machine $CC targets with
+# COMMON and its own (nothing else with ISA flags); links tests/test_kernels.c against it and
+# runs it.
 #
 #   tests/build_kernel_test.sh [--valgrind] [--no-run] [isa ...]
 #
 # isa: scalar avx2 avx512 neon (default: every ISA the CPU and build support).
 # --valgrind also runs the test under valgrind (the scalar and AVX2 tables only: valgrind
 # 3.19 does not decode AVX-512). --no-run only builds $OUT/obj/*.o and the test.
-# Environment: CC (default gcc), OUT (default build/kernel_test).
+# Environment: CC (default gcc), OUT (default build/kernel_test), PYTHON (default python3).
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
 
 CC=${CC:-gcc}
 OUT=${OUT:-build/kernel_test}
-CFLAGS="-O3 -std=gnu11 -Wall -Wextra -fPIC"
-AVX2_FLAGS="-mavx2 -mfma -mf16c"
-AVX512_FLAGS="$AVX2_FLAGS -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni"
+PYTHON=${PYTHON:-python3}
+CFLAGS="-O3 -std=gnu11 -Wall -Wextra -fPIC" # the test program's own
 
 VALGRIND=0 RUN=1 ISAS=()
 for a in "$@"; do
@@ -30,24 +31,26 @@ done
 mkdir -p "$OUT/obj"
 rm -f "$OUT"/obj/*.o
 
-compile() { # dir-tag flags files...
+declare -A DIR_FLAGS
+COMMON=
+while IFS=$'\t' read -r d flags; do
+    if [ "$d" = COMMON ]; then COMMON=$flags; else DIR_FLAGS[$d]=$flags; fi
+done < <("$PYTHON" tests/setup_flags.py "$($CC -dumpmachine | cut -d- -f1)")
+[ -n "$COMMON" ] || { echo "could not read setup.py's flags" >&2; exit 1; }
+
+compile() { # tag flags files...
     local tag=$1 flags=$2
     shift 2
     for f in "$@"; do
-        $CC $CFLAGS $flags -c "$f" -o "$OUT/obj/${tag}_$(basename "${f%.c}").o"
+        # shellcheck disable=SC2086
+        $CC $COMMON $flags -fPIC -c "$f" -o "$OUT/obj/${tag}_$(basename "${f%.c}").o"
     done
 }
 
-# The reference is compiled without FMA contraction, as setup.py does.
-compile ref "-ffp-contract=off" csrc/kernels_ref.c csrc/kernels_wtypes.c csrc/fp16.c
-compile ref "" csrc/dispatch.c
-case $($CC -dumpmachine) in
-    x86_64*)
-        compile avx2 "$AVX2_FLAGS" kernels_avx2/*.c
-        compile avx512 "$AVX512_FLAGS" kernels_avx512/*.c ;;
-    aarch64*)
-        compile neon "" kernels_neon/*.c ;;
-esac
+compile ref "" csrc/kernels_ref.c csrc/kernels_wtypes.c csrc/fp16.c csrc/dispatch.c
+for d in "${!DIR_FLAGS[@]}"; do
+    compile "${d#kernels_}" "${DIR_FLAGS[$d]}" "$d"/*.c
+done
 
 # Objects, not an archive: dispatch.c's weak table getters would keep the linker from
 # pulling the ISA tables out of a .a.

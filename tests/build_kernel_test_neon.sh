@@ -52,24 +52,9 @@ fi
 fail() { echo "FAIL: $*"; exit 1; }
 
 # ---- 1. setup.py's kernel directories per target machine ----
-# setup.py runs setup() when imported, so its flag constants and kernel_dirs() are taken from
-# its syntax tree and kernel_dirs() is evaluated with target_machine() pinned to the machine
-# asked. Prints "COMMON<TAB>flags" then one "dir<TAB>flags" line per directory.
-setup_dirs() {
-    "$PYTHON" - "$1" << 'EOF'
-import ast, sys
-tree = ast.parse(open("setup.py").read(), "setup.py")
-names = {"COMMON", "X86_DIRS", "ARM_DIRS"}
-keep = [n for n in tree.body
-        if (isinstance(n, ast.Assign) and {getattr(t, "id", None) for t in n.targets} <= names)
-        or (isinstance(n, ast.FunctionDef) and n.name == "kernel_dirs")]
-ns = {"target_machine": lambda: sys.argv[1]}
-exec(compile(ast.Module(body=keep, type_ignores=[]), "setup.py", "exec"), ns)
-print("COMMON\t" + " ".join(ns["COMMON"]))
-for d, flags in ns["kernel_dirs"]().items():
-    print(d + "\t" + " ".join(flags))
-EOF
-}
+# setup.py's flags by its own rule (tests/setup_flags.py): "COMMON<TAB>flags", then one
+# "dir<TAB>flags" line per directory it compiles for the machine asked.
+setup_dirs() { "$PYTHON" tests/setup_flags.py "$1"; }
 
 declare -A ARM_FLAGS
 COMMON=

@@ -300,6 +300,18 @@ static void test_mat(result *out, const rlxc_kernels *k) {
 
 /* ---- activation quantization: bit-identical ---- */
 
+/* nb blocks of size bytes, block b generated as kind b % kinds: the first one not bit-identical
+ * with the reference fails r. */
+static void compare_blocks(result *r, const void *got, const void *ref, size_t size, int nb, int K, int kinds) {
+    r->cases++;
+    for (int b = 0; b < nb; b++)
+        if (memcmp((const char *)got + b * size, (const char *)ref + b * size, size)) {
+            fail(r, "K %d block %d (kind %d): not bit-identical", K, b, b % kinds);
+            r->max_err = INFINITY;
+            return;
+        }
+}
+
 static void test_quantize(result *r, const rlxc_kernels *k) {
     r->name = "quantize_row_q8_0";
     for (int nb = 1; nb <= 40; nb++) {
@@ -325,13 +337,7 @@ static void test_quantize(result *r, const rlxc_kernels *k) {
         memset(got, 0x5a, (size_t)nb * sizeof(block_q8_0));
         rlxc_kernels_scalar.quantize_row_q8_0(ref, x, K);
         k->quantize_row_q8_0(got, x, K);
-        r->cases++;
-        for (int b = 0; b < nb; b++)
-            if (memcmp(ref + b, got + b, sizeof(block_q8_0))) {
-                fail(r, "K %d block %d (kind %d): not bit-identical", K, b, b % 6);
-                r->max_err = INFINITY;
-                break;
-            }
+        compare_blocks(r, got, ref, sizeof(block_q8_0), nb, K, 6);
         free(x), free(ref), free(got);
     }
 }
@@ -363,13 +369,7 @@ static void test_quantize_k(result *r, const rlxc_kernels *k) {
         memset(got, 0x5a, (size_t)nb * sizeof(block_q8_k));
         rlxc_kernels_scalar.quantize_row_q8_k(ref, x, K);
         k->quantize_row_q8_k(got, x, K);
-        r->cases++;
-        for (int b = 0; b < nb; b++)
-            if (memcmp(ref + b, got + b, sizeof(block_q8_k))) {
-                fail(r, "K %d block %d (kind %d): not bit-identical", K, b, b % 4);
-                r->max_err = INFINITY;
-                break;
-            }
+        compare_blocks(r, got, ref, sizeof(block_q8_k), nb, K, 4);
         free(x), free(ref), free(got);
     }
 }

@@ -11,15 +11,23 @@
 #endif
 #include <numpy/arrayobject.h>
 
+#include <unistd.h>
 #include "rlxc.h"
 
 typedef struct {
     PyObject_HEAD
     rlxc_layer layer;
     int busy; /* pipelines computing with this layer right now: fields and weights are frozen */
+    long busy_pid; /* the process whose pipelines set `busy` (see layer_forget_parent_runs) */
     PyObject *weakrefs;
     PyObject *views[RLXC_W_COUNT]; /* owners of borrowed weight bytes (set_weight_view) */
 } LayerObject;
+
+/* fork() while another thread runs a pipeline leaves the child with that run's freeze on the
+ * layer but without the run, which would never end: a child forgets its parent's freezes. */
+static inline void layer_forget_parent_runs(LayerObject *l) {
+    if (l->busy && l->busy_pid != (long)getpid()) l->busy = 0;
+}
 
 extern PyTypeObject Layer_Type;
 extern PyTypeObject Pipeline_Type;

@@ -56,6 +56,7 @@ static const field_desc fields[] = {
 static void drop_view(LayerObject *self, int s) { Py_CLEAR(self->views[s]); }
 
 static int layer_frozen(LayerObject *self) {
+    layer_forget_parent_runs(self);
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "this Layer is in use by a running Pipeline; edit it between calls");
         return 1;

@@ -336,14 +336,22 @@ static PyObject *op_attention(PyObject *m, PyObject *args, PyObject *kw) {
 
 /* ---- elementwise ---- */
 
-static PyObject *unary(PyObject *args, void (*f)(float *, const float *, int)) {
-    PyObject *xo;
-    if (!PyArg_ParseTuple(args, "O", &xo)) return NULL;
+/* The copy of x (float32, any shape) an element-wise op computes on in place; the kernels count
+ * its elements in an int. */
+static PyArrayObject *elementwise_copy(PyObject *xo) {
     PyArrayObject *x = as_f32(xo, "x", 0, 32);
     if (!x) return NULL;
     PyArrayObject *y = copy_of(x);
     if (!y) return NULL;
     if (PyArray_SIZE(x) > INT32_MAX) { Py_DECREF(y); PyErr_SetString(PyExc_ValueError, "x is too large"); return NULL; }
+    return y;
+}
+
+static PyObject *unary(PyObject *args, void (*f)(float *, const float *, int)) {
+    PyObject *xo;
+    if (!PyArg_ParseTuple(args, "O", &xo)) return NULL;
+    PyArrayObject *y = elementwise_copy(xo);
+    if (!y) return NULL;
     Py_BEGIN_ALLOW_THREADS
     f(PyArray_DATA(y), PyArray_DATA(y), (int)PyArray_SIZE(y));
     Py_END_ALLOW_THREADS
@@ -359,11 +367,8 @@ static PyObject *scalar_op(PyObject *args, const char *fmt, const char *sname, v
     double s;
     if (!PyArg_ParseTuple(args, fmt, &xo, &so) || real_arg(so, sname, 1, &s)) return NULL;
     if (positive && !(s > 0)) { PyErr_SetString(PyExc_ValueError, "cap must be > 0"); return NULL; }
-    PyArrayObject *x = as_f32(xo, "x", 0, 32);
-    if (!x) return NULL;
-    PyArrayObject *y = copy_of(x);
+    PyArrayObject *y = elementwise_copy(xo);
     if (!y) return NULL;
-    if (PyArray_SIZE(x) > INT32_MAX) { Py_DECREF(y); PyErr_SetString(PyExc_ValueError, "x is too large"); return NULL; }
     Py_BEGIN_ALLOW_THREADS
     f(PyArray_DATA(y), (float)s, (int)PyArray_SIZE(y));
     Py_END_ALLOW_THREADS

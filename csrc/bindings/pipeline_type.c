@@ -8,6 +8,7 @@ typedef struct {
     rlxc_pipeline *p;
     PyObject *layers; /* tuple of Layer */
     PyThread_type_lock lock;
+    long lock_pid; /* the process in which `lock` is held; 0 when free */
 } PipelineObject;
 
 static int Pipeline_init(PyObject *o, PyObject *args, PyObject *kw) {
@@ -88,18 +89,31 @@ static int ready(PipelineObject *self) {
 
 /* Take the pipeline's lock (waiting without the GIL) and freeze its layers. */
 static void enter(PipelineObject *self) {
+    const long pid = (long)getpid();
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        PyThread_type_lock fresh = NULL;
+        /* Held in the process we were forked from, by a thread that does not exist here and will
+         * never release it: use a new lock (the old one is left as fork left it). Only completed
+         * calls are in the cache (n_past advances when a call succeeds). lock_pid is 0 while a
+         * waiter of this process has the lock but not yet the GIL: then wait, as for any holder. */
+        if (self->lock_pid && self->lock_pid != pid && (fresh = PyThread_allocate_lock()) != NULL) self->lock = fresh;
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++)
-        ((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->busy++;
+    self->lock_pid = pid;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++) {
+        LayerObject *l = (LayerObject *)PyTuple_GET_ITEM(self->layers, i);
+        layer_forget_parent_runs(l);
+        l->busy++;
+        l->busy_pid = pid;
+    }
 }
 
 static void leave(PipelineObject *self) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++)
         ((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->busy--;
+    self->lock_pid = 0;
     PyThread_release_lock(self->lock);
 }
 

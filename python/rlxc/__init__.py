@@ -4,7 +4,17 @@ Every layer is an :class:`rlxc.Layer` whose fields and weights are plain Python 
 objects; a :class:`rlxc.Pipeline` runs a stack of them over per-layer KV caches.
 """
 
-from . import _rlxc
+import os as _os
+
+# GNU OpenMP spins 300k iterations at each barrier by default. A decode step runs a few
+# hundred short parallel regions, and on a shared machine a spinning thread steals the core
+# that the thread it waits for needs (measured here under load: 2-thread decode 4 tok/s by
+# default vs 93-123 tok/s with 1000). Read once when libgomp loads, so set it before the
+# extension; an explicit GOMP_SPINCOUNT or OMP_WAIT_POLICY from the user wins.
+if "GOMP_SPINCOUNT" not in _os.environ and "OMP_WAIT_POLICY" not in _os.environ:
+    _os.environ["GOMP_SPINCOUNT"] = "1000"
+
+from . import _rlxc  # noqa: E402
 from ._enums import Activation, FfnType, NormType, RopeLayout
 from ._layer import Layer, Pipeline, _init_defaults
 

@@ -44,25 +44,49 @@ _HF_NAMES = {
 }
 
 
+_LAYER_DOC = """One decoder layer: the C FullPipelineLayer, every field an attribute.
+
+``rlxc.Layer()`` is a valid Llama-style layer (hidden 64, 4 heads of 16, SiLU gated FFN of
+128, RMSNorm); ``rlxc.Layer(**fields)`` sets fields by keyword (keywords only). Fields are
+validated on write (``rotary_dim`` even and <= ``head_dim``, ``num_q_heads`` a multiple of
+``num_kv_heads``, ...: ValueError names the rule); ``head_dim=`` also sets ``attn_scale`` and
+``rotary_dim`` unless they are given. Nothing is model-wide: adjacent layers may differ in
+every field, and a running Pipeline uses an edited field on its next call (call
+``Pipeline.reset()`` / ``Model.reset()`` after changing a K/V shape: head_dim, num_kv_heads,
+kv_shared_from).
+
+Weights are set by rlxc name (``Layer.WEIGHTS``) or by HF per-layer parameter name
+(``"self_attn.q_proj.weight"``, ``"model.layers.3.mlp.down_proj.weight"``): ``set_weight``
+copies a float32 array, stored as f32, f16, bf16, q4_0 or q8_0; ``set_weight_raw`` /
+``set_weight_view`` take GGUF bytes of any supported type (also q5_0, q4_k, q6_k), the latter
+in place. ``layer[name]`` reads a weight back as float32, ``layer.weight_type(name)`` its
+storage type, ``layer.weight_shape(name)`` the shape the current fields need and
+``layer.used_weights()`` the slots they use; ``nbytes`` counts the stored bytes.
+
+Weight slots (shapes for hidden H, q heads Q, kv heads K, head_dim D, intermediate I):
+  attn_norm [H] (+ attn_norm.bias, LayerNorm), q_proj [Q*D, H], k_proj / v_proj [K*D, H]
+  (+ q_proj.bias, k_proj.bias, v_proj.bias with qkv_bias), o_proj [H, Q*D] (+ o_proj.bias),
+  q_norm / k_norm [D] (has_qk_norm), attn_post_norm [H] (sandwich_norm), ffn_norm [H] (+ ffn_norm.bias, the
+  pre-FFN norm), gate_proj / up_proj [I, H] (+ gate_proj.bias / up_proj.bias), down_proj
+  [H, I] (+ down_proj.bias), ffn_post_norm [H] (sandwich_norm), ple_gate [P, H], ple_proj
+  [H, P], ple_norm [H] (Gemma 4 per-layer embeddings, P = ple_dim), rope_freq_factors
+  [rotary_dim / 2] (scaled RoPE frequencies: llama3, YaRN, LongRoPE, linear).
+
+Fields (``Layer.FIELDS``), each per layer:
+"""
+
+
+def _fields_doc() -> str:
+    """``name: doc`` for every C field, from the getset descriptors (what ``help()`` lists too)."""
+    lines = []
+    for f in _rlxc.Layer.FIELDS:
+        doc = (getattr(_rlxc.Layer, f).__doc__ or "").strip()
+        lines.append(f"  {f}: {doc}")
+    return "\n".join(lines) + "\n"
+
+
 class Layer(_rlxc.Layer):
-    """One decoder layer: the C FullPipelineLayer, every field an attribute.
-
-    ``rlxc.Layer()`` is a valid Llama-style layer (hidden 64, 4 heads of 16, SiLU gated FFN
-    of 128, RMSNorm). Fields are validated on write (``rotary_dim`` even and <= ``head_dim``,
-    ``num_q_heads`` a multiple of ``num_kv_heads``, ...); ``head_dim=`` also sets
-    ``attn_scale`` and ``rotary_dim`` unless they are given. Weights are set by rlxc name
-    (``Layer.WEIGHTS``) or by HF per-layer name (``"self_attn.q_proj.weight"``) and stored
-    as f32, q4_0 or q8_0.
-
-    Fields (``Layer.FIELDS``), each per layer:
-      eps, attn_scale, head_dim, num_q_heads, num_kv_heads, rope_base, rotary_dim,
-      sliding_window (0 = full; key j visible to query i iff j <= i and i - j < W),
-      has_v_norm, layer_scalar, norm_type, ffn_type, activation, qk_norm_offset,
-      input_norm_bias, post_attn_norm_bias (pre-FFN LayerNorm bias), ffn_up_bias,
-      ffn_down_bias, and beyond those: hidden_size, intermediate_size, norm_offset,
-      qkv_bias, o_bias, has_qk_norm, sandwich_norm, attn_softcap, rope_layout,
-      rope_attn_factor, v_from_k, kv_shared_from, ple_dim.
-    """
+    __doc__ = _LAYER_DOC + _fields_doc()
 
     def weight_name(self, name: str) -> str:
         """The rlxc weight name for an rlxc or HF per-layer parameter name."""
@@ -95,9 +119,11 @@ class Layer(_rlxc.Layer):
             self.set_weight(rname, arr, dtype if is_matrix else "f32")
 
     def __setitem__(self, name: str, array: np.ndarray) -> None:
+        """``layer[name] = array``: ``set_weight(name, array)`` stored as f32."""
         self.set_weight(name, array)
 
     def __getitem__(self, name: str) -> np.ndarray:
+        """``layer[name]``: the weight as float32 (a dequantized copy); KeyError if it is not set."""
         w = self.weight(self.weight_name(name))
         if w is None:
             raise KeyError(f"weight {name!r} is not set")
@@ -136,8 +162,10 @@ class Layer(_rlxc.Layer):
         return f"rlxc.Layer({', '.join(changed)}; weights: {self._weight_summary()})"
 
     def _repr_html_(self) -> str:
+        """Jupyter: every field (with its doc as a tooltip) and every set weight's type and shape."""
         rows = "".join(
-            f"<tr><td><code>{f}</code></td><td>{html.escape(_fmt(getattr(self, f)))}</td></tr>" for f in self.FIELDS)
+            f"<tr title=\"{html.escape((getattr(_rlxc.Layer, f).__doc__ or '').strip())}\"><td><code>{f}</code></td>"
+            f"<td>{html.escape(_fmt(getattr(self, f)))}</td></tr>" for f in self.FIELDS)
         wrows = "".join(
             f"<tr><td><code>{n}</code></td><td>{self.weight_type(n)}</td><td>{self.weight_shape(n)}</td></tr>"
             for n in self.WEIGHTS if self.weight_type(n) is not None)

@@ -31,7 +31,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -1116,7 +1116,11 @@ def load(path: str | os.PathLike, weights: str | None = None, threads: int | Non
     with open(p, "rb") as f:
         magic = f.read(4)
     if magic == _GGUF_MAGIC:
-        return _gguf_model(GGUFFile(p), weights, threads, max_seq, tokenizer)
+        g = GGUFFile(p)
+        try:
+            return _gguf_model(g, weights, threads, max_seq, tokenizer)
+        except (TypeError, KeyError, OverflowError, IndexError) as e:  # metadata of an unexpected type / size
+            raise ValueError(f"{p}: corrupt or unexpected GGUF metadata ({type(e).__name__}: {e})") from e
     if p.endswith(".safetensors"):
         return load(os.path.dirname(os.path.abspath(p)), weights, threads, max_seq, tokenizer)
     raise ValueError(f"{p}: not a GGUF file (magic {magic!r}) nor a Hugging Face checkpoint folder")

@@ -9,6 +9,11 @@ Rows: the (scaled) embeddings, the raw output of every decoder layer (captured f
 forward hooks, so the last layer is compared before the final norm too), the final-norm output
 and the logits. Per row: max abs error, max abs reference value, their ratio (the "relative
 error" checked against ``tol``) and the cosine similarity of the flattened tensors.
+
+``report.plot()`` draws the per-row errors with matplotlib (an optional dependency). For a
+checkpoint on disk, :func:`hf_reference` builds the transformers model that holds the same
+weights (a Hugging Face folder as it is; a GGUF file from its dequantized tensors), which is
+what ``rlxc compare MODEL`` runs.
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["compare", "Report", "Row", "errors"]
+__all__ = ["compare", "Report", "Row", "errors", "hf_reference"]
 
 
 @dataclass
 class Row:
-    """Errors of one compared tensor."""
+    """Errors of one compared tensor (``name`` e.g. "embeddings", "layer 3", "logits").
+
+    ``max_abs_err`` = max|rlxc - hf|, ``max_abs_ref`` = max|hf|, ``rel_err`` their ratio,
+    ``cosine`` the cosine similarity of the flattened tensors, ``bad`` rel_err > tol (or
+    non-finite values)."""
     name: str
     max_abs_err: float
     max_abs_ref: float
@@ -51,7 +60,13 @@ def errors(name: str, got: np.ndarray, ref: np.ndarray, tol: float) -> Row:
 
 @dataclass
 class Report:
-    """Result of :func:`compare`: ``rows`` in run order, ``tol``, ``first_bad`` (name or None)."""
+    """Result of :func:`compare`: ``rows`` in run order, ``tol``, ``first_bad`` (name or None).
+
+    ``print(report)`` gives a text table; Jupyter renders it as HTML (rows over tol shaded,
+    the first one in bold); :meth:`plot` draws the errors per row; :meth:`row` looks one up.
+    ``n_tokens`` is the length of the compared input, ``title`` names the two models and
+    ``extra`` holds whatever the caller wants to keep with the report.
+    """
     rows: list[Row]
     tol: float
     n_tokens: int = 0
@@ -115,6 +130,60 @@ class Report:
         out.append("</div>")
         return "".join(out)
 
+    def plot(self, ax: Any = None, metric: str = "rel_err", title: str | None = None) -> Any:
+        """Draw the error of every row (embeddings, each layer, final norm, logits) on a log
+        scale, with the ``tol`` line and the first row over it marked; returns the matplotlib
+        ``Axes``. ``metric``: "rel_err" (default), "max_abs_err" or "1-cosine". ``ax``: draw
+        into these axes instead of a new figure.
+
+        Needs matplotlib (``pip install matplotlib`` or ``pip install 'rlxc[plot]'``)."""
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            raise ImportError("Report.plot() needs matplotlib, which is not installed: "
+                              "pip install matplotlib (or pip install 'rlxc[plot]')") from e
+        getters = {"rel_err": lambda r: r.rel_err, "max_abs_err": lambda r: r.max_abs_err,
+                   "1-cosine": lambda r: 1.0 - r.cosine}
+        if metric not in getters:
+            raise ValueError(f"metric must be one of {sorted(getters)}, got {metric!r}")
+        vals = np.array([getters[metric](r) for r in self.rows], dtype=np.float64)
+        finite_pos = vals[np.isfinite(vals) & (vals > 0)]
+        floor = (float(finite_pos.min()) if finite_pos.size else 1e-12) / 10
+        if metric == "rel_err" and self.tol > 0:
+            floor = min(floor, self.tol / 10)
+        shown = np.where(np.isfinite(vals), np.maximum(vals, floor), np.nan)
+        if ax is None:
+            _, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(self.rows) + 2), 3.5))
+        x = np.arange(len(self.rows))
+        ax.plot(x, shown, "-", color="tab:blue", lw=1, zorder=1)
+        exact = vals == 0
+        ok = ~exact & ~np.array([r.bad for r in self.rows])
+        bad = np.array([r.bad for r in self.rows])
+        ax.scatter(x[ok], shown[ok], color="tab:blue", s=18, zorder=2, label="within tol")
+        if exact.any():
+            ax.scatter(x[exact], shown[exact], facecolors="none", edgecolors="tab:blue", s=18, zorder=2,
+                       label="exact (0)")
+        if bad.any():
+            ax.scatter(x[bad], shown[bad], color="tab:red", s=22, zorder=3, label="over tol")
+        if metric == "rel_err":
+            ax.axhline(self.tol, color="tab:red", ls="--", lw=1, label=f"tol {self.tol:g}")
+        first = self.first_bad
+        if first is not None:
+            i = [r.name for r in self.rows].index(first)
+            ax.axvline(i, color="tab:red", ls=":", lw=1)
+            ax.annotate(f"first over tol: {first}", (i, shown[i] if np.isfinite(shown[i]) else floor),
+                        textcoords="offset points", xytext=(4, 6), fontsize=8, color="tab:red")
+        ax.set_yscale("log")
+        ax.set_xticks(x)
+        ax.set_xticklabels([r.name.replace("layer ", "") for r in self.rows], rotation=90, fontsize=7)
+        ax.set_xlabel("row (embeddings, layer index, final norm, logits)")
+        ax.set_ylabel({"rel_err": "max|err| / max|ref|", "max_abs_err": "max |err|",
+                       "1-cosine": "1 - cosine"}[metric])
+        ax.set_title(title if title is not None else f"{self.title} ({self.n_tokens} tokens)", fontsize=9)
+        ax.legend(fontsize=7, loc="best")
+        ax.grid(True, which="major", axis="y", alpha=0.3)
+        return ax
+
 
 def hf_trace(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
     """Run a transformers causal LM once (no cache) and collect embeddings, every decoder
@@ -165,3 +234,71 @@ def compare(hf_model: Any, rlxc_model: Any, input_ids: Any, tol: float = 1e-4) -
     rows.append(errors("logits", got["logits"], ref["logits"], tol))
     title = f"{type(hf_model).__name__} vs {getattr(rlxc_model, 'name', 'rlxc')}"
     return Report(rows, tol, n_tokens=int(np.asarray(input_ids).size), title=title)
+
+
+def hf_reference(path: Any, threads: int | None = None) -> Any:
+    """The transformers causal LM (float32, eager attention, eval mode) that holds the same
+    weights as ``rlxc.load(path)``: the reference :func:`compare` runs against.
+
+    * a Hugging Face checkpoint folder: ``AutoModelForCausalLM.from_pretrained`` (its weights
+      as stored, in float32);
+    * a GGUF file: the transformers config of :func:`rlxc.loaders.gguf_hf_config` over the
+      file's tensors dequantized to float32 (:func:`rlxc.loaders.gguf_hf_state_dict`: llama
+      q/k rows put back in HF order, Gemma norms minus the 1 llama.cpp's converter adds). With
+      ``rlxc.load(path, weights="f32")`` the two run the same network; with the weights as
+      stored, rlxc also rounds activations to 8 bits the way llama.cpp does.
+
+    Needs ``torch`` and ``transformers`` (``pip install 'rlxc[hf]'``). ``threads`` sets
+    torch's thread count when given. Raises NotImplementedError for a GGUF that has no
+    transformers equivalent.
+    """
+    import os
+
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise ImportError(f"comparing with transformers needs torch and transformers ({e.name} is missing): "
+                          "pip install 'rlxc[hf]'") from e
+    if threads:
+        torch.set_num_threads(int(threads))
+    p = os.fspath(path)
+    if os.path.isdir(p) and not os.path.exists(os.path.join(p, "config.json")):
+        ggufs = sorted(x for x in os.listdir(p) if x.endswith(".gguf"))
+        if len(ggufs) != 1:
+            raise ValueError(f"{p}: neither a Hugging Face checkpoint folder (no config.json) nor a folder with "
+                             "one GGUF file")
+        p = os.path.join(p, ggufs[0])
+    if os.path.isdir(p):
+        hf = transformers.AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32,
+                                                               attn_implementation="eager")
+        return hf.eval()
+    if not os.path.exists(p):
+        raise FileNotFoundError(p)
+    from . import loaders
+
+    g = loaders.read_gguf(p)
+    cls_name, model_name, kw = loaders.gguf_hf_config(g)
+    cfg = getattr(transformers, cls_name)(**kw, attn_implementation="eager")
+    sd = loaders.gguf_hf_state_dict(g)
+    with torch.device("meta"):  # no random init of weights that are overwritten anyway
+        hf = getattr(transformers, model_name)(cfg)
+    res = hf.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False, assign=True)
+    missing = set(res.missing_keys) - ({"lm_head.weight"} if cfg.tie_word_embeddings else set())
+    if missing or res.unexpected_keys:
+        raise NotImplementedError(f"{p}: the GGUF tensors do not fill {model_name} "
+                                  f"(missing {sorted(missing)[:4]}, unexpected {sorted(res.unexpected_keys)[:4]})")
+    # buffers computed at construction stayed on the meta device: build them for real
+    inner = hf.model
+    if hasattr(inner, "rotary_emb"):
+        inner.rotary_emb = type(inner.rotary_emb)(config=cfg)
+    emb = inner.embed_tokens
+    if getattr(emb, "embed_scale", None) is not None and getattr(emb.embed_scale, "is_meta", False):
+        emb.embed_scale = torch.tensor(cfg.hidden_size ** 0.5)
+    if cfg.tie_word_embeddings:
+        hf.tie_weights()
+    still = [n for n, t in list(hf.named_parameters()) + list(hf.named_buffers()) if t.is_meta]
+    if still:
+        raise NotImplementedError(f"{p}: cannot build {model_name} from the GGUF tensors ({', '.join(still[:4])} "
+                                  "left uninitialised)")
+    return hf.eval()

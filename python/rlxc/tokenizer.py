@@ -420,9 +420,7 @@ class BPETokenizer(Tokenizer):
         self.eog_ids = frozenset(eog)
         self.bos_token = self.tokens[bos_id] if bos_id is not None and 0 <= bos_id < n else ""
         self.eos_token = self.tokens[eos_id] if eos_id is not None and 0 <= eos_id < n else ""
-        from tokenizers.pre_tokenizers import ByteLevel
         self._u2b = {c: b for b, c in _bytes_to_unicode().items()}
-        del ByteLevel
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         self._tk.encode_special_tokens = not parse_special

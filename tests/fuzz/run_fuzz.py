@@ -159,7 +159,8 @@ def fuzz_mutate(args) -> int:
         print(f"{len(findings)} distinct finding(s):")
         for sig, path in findings.items():
             print(f"  {sig}\n    {path}")
-        return 1
+        fatal = [s for s in findings if " unexpected: " not in s] if args.fail_on == "crash" else list(findings)
+        return 1 if fatal else 0
     print("no findings")
     return 0
 
@@ -211,6 +212,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=20, help="seconds one input may take")
     p.add_argument("--out", default=os.path.join(HERE, "findings"))
+    p.add_argument("--fail-on", choices=["any", "crash"], default="any",
+                   help="crash: exit 1 only for crashes, sanitizer reports and hangs (unexpected Python "
+                        "exceptions are still reported and saved)")
     args = p.parse_args()
     if args.engine == "atheris":
         return fuzz_atheris(args)

@@ -35,7 +35,7 @@ def exercise(model) -> None:
     np.asarray(out).sum()
     tok = model.tokenizer
     if tok is not None:
-        enc = tok.encode("ab c\n")
+        enc = tok.encode("ab c")
         tok.decode([i for i in enc if 0 <= i < V])
 
 

@@ -1,0 +1,62 @@
+/* What the SIMD kernel directories share that needs no intrinsics: the loops around their
+ * register tiles and vector bodies, written once for kernels_avx2/avx2.h and
+ * kernels_neon/neon.h, which pass in their own tiles, loads and stores. */
+#ifndef RLXC_KERNELS_SIMD_H
+#define RLXC_KERNELS_SIMD_H
+
+#include "kernels.h"
+
+#define RLXC_INLINE static inline __attribute__((always_inline))
+
+/* Runs a W-wide body over n floats; the n % W tail goes through the same body on a padded
+ * copy, so tails and bulk share one formula (and one rounding). */
+#define RLXC_MAP_PADDED(W, load, store, n, body_v_to_v, y, x)                            \
+    do {                                                                                 \
+        int i_ = 0;                                                                      \
+        for (; i_ + (W) <= (n); i_ += (W)) store((y) + i_, body_v_to_v(load((x) + i_))); \
+        if (i_ < (n)) {                                                                  \
+            float buf_[W] = {0};                                                         \
+            for (int j_ = i_; j_ < (n); j_++) buf_[j_ - i_] = (x)[j_];                   \
+            store(buf_, body_v_to_v(load(buf_)));                                        \
+            for (int j_ = i_; j_ < (n); j_++) (y)[j_] = buf_[j_ - i_];                   \
+        }                                                                                \
+    } while (0)
+
+/* Row/token driver of a matrix product (and its T == 1 matvec) around a register tile
+ * tile(y, ldy, w, xq, nb, R, C), for activations of type xtype holding qk weights' worth per
+ * block (Q8_0: 32, Q8_K: 256, float: 1). Decode uses MV_R x 1 tiles; the GEMM GM_R x GM_C
+ * tiles, so every weight block loaded serves GM_C tokens, over chunks of RLXC_TCHUNK tokens so
+ * that a chunk's activations stay in L2 while every row streams past them. Leftover rows and
+ * tokens take 1-row / 1-token tiles. */
+#define RLXC_TCHUNK 64
+#define RLXC_DEFINE_MATMUL(name, wtype, xtype, qk, tile, MV_R, GM_R, GM_C)                                       \
+    void name(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, int T) {                         \
+        const int nb = K / (qk);                                                                                 \
+        for (int t0 = 0; t0 < T; t0 += RLXC_TCHUNK) {                                                            \
+            const int t1 = t0 + RLXC_TCHUNK < T ? t0 + RLXC_TCHUNK : T;                                          \
+            int n = 0;                                                                                           \
+            for (; t1 - t0 >= (GM_C) && n + (GM_R) <= N; n += (GM_R)) {                                          \
+                int t = t0;                                                                                      \
+                for (; t + (GM_C) <= t1; t += (GM_C))                                                            \
+                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, GM_C); \
+                for (; t < t1; t++)                                                                              \
+                    tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * nb, xq + (size_t)t * nb, nb, GM_R, 1);    \
+            }                                                                                                    \
+            for (int t = t0; t < t1; t++) {                                                                      \
+                int m = n;                                                                                       \
+                for (; m + (MV_R) <= N; m += (MV_R))                                                             \
+                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, MV_R, 1);    \
+                for (; m < N; m++)                                                                               \
+                    tile(y + (size_t)t * ldy + m, ldy, w + (size_t)m * nb, xq + (size_t)t * nb, nb, 1, 1);       \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+/* The same for weights whose activations are Q8_0 blocks. */
+#define RLXC_DEFINE_QMATMUL(name, wtype, tile, MV_R, GM_R, GM_C) \
+    RLXC_DEFINE_MATMUL(name, wtype, block_q8_0, RLXC_QK, tile, MV_R, GM_R, GM_C)
+
+/* A matvec as the one-token case of its matmul. */
+#define RLXC_DEFINE_MATVEC(name, matmul, wtype, xtype) \
+    void name(float *y, const wtype *w, const xtype *xq, int N, int K) { matmul(y, N, w, xq, N, K, 1); }
+
+#endif

@@ -1,0 +1,47 @@
+/* The register tile of the Q5_0 products of kernels_avx2/wtypes.c and kernels_avx512/wtypes.c
+ * (256-bit, Q8_0 activations), which differ only in three steps, each a function of its
+ * arguments:
+ *   unpack(wb)      the 32 quants of weight block wb as bytes in element order;
+ *   xterm(xq)       the part of the dot products that depends on the activations xq alone (the
+ *                   weights' offset times the activation sums), once per token and block and
+ *                   shared by the R rows of the tile;
+ *   dot(q, xq, xt)  8 int32 partial dot products of quants q with xq, xt = xterm(xq).
+ * An R x C tile: y[t * ldy + r], the float sums in 8 lanes added up at the end; one-token
+ * tiles prefetch the next tile's rows as quant.c explains. quant.c's Q4_0 tile has the same
+ * shape but keeps its own copy: through this template gcc allocated the registers of that
+ * hottest kernel differently (block addresses here are w + r * nb + b, there &w[r * nb + b]). */
+#ifndef RLXC_Q8_0_TILE_H
+#define RLXC_Q8_0_TILE_H
+
+#include "avx2.h"
+
+#define RLXC_DEFINE_Q8_0_TILE(name, wtype, unpack, xterm, dot)                                               \
+    RLXC_INLINE void name(float *y, int ldy, const wtype *w, const block_q8_0 *x, int nb, const int R,       \
+                          const int C) {                                                                     \
+        __m256 acc[TILE_MAX][TILE_MAX];                                                                      \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                              \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                         \
+        for (int b = 0; b < nb; b++) {                                                                       \
+            if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(wtype));                                \
+            __m256i q[TILE_MAX];                                                                             \
+            __m256 dw[TILE_MAX];                                                                             \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                        \
+                q[r] = unpack(w + r * nb + b);                                                               \
+                dw[r] = _mm256_set1_ps(rlxc_h2f((w + r * nb + b)->d));                                       \
+            }                                                                                                \
+            RLXC_UNROLL for (int t = 0; t < C; t++) {                                                        \
+                const block_q8_0 *xb = x + t * nb + b;                                                       \
+                const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);                              \
+                const __m256i xt = xterm(xq);                                                                \
+                const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));                                           \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                    \
+                    const __m256i d = dot(q[r], xq, xt);                                                     \
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(dw[r], dx), acc[r][t]); \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                              \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);                \
+    }
+
+#endif

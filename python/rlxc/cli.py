@@ -1,0 +1,602 @@
+"""The ``rlxc`` command (also ``python -m rlxc``).
+
+    rlxc                          the no-download demo (same as ``rlxc demo``)
+    rlxc info                     version, CPU features, kernel ISA, default threads
+    rlxc run MODEL -p PROMPT      generate text, streamed, then tokens/s
+    rlxc compare MODEL            layer-by-layer report against transformers on the same weights
+    rlxc bench MODEL              prefill and decode tokens/s
+    rlxc quantize IN OUT --type q4_0   HF folder or GGUF in, GGUF out
+
+MODEL is a GGUF file or a Hugging Face checkpoint folder (``config.json`` + ``*.safetensors``),
+read by :func:`rlxc.load`. Long steps show a progress bar on stderr (``--progress`` forces it
+on when stderr is not a terminal, ``--no-progress`` off). An error prints one line and exits
+with status 1 (2 for bad arguments); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["main", "build_demo_layers"]
+
+COMMANDS = ("demo", "info", "run", "compare", "bench", "quantize")
+DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. The history of the printing press"
+
+
+class CLIError(Exception):
+    """An error whose message is shown as is (no exception type)."""
+
+
+# ----------------------------------------------------------------------------- progress
+
+def _bar(args: argparse.Namespace, **kw: Any) -> Any:
+    """A tqdm bar on stderr (auto: only when stderr is a terminal, unless --progress/--no-progress)."""
+    from tqdm import tqdm
+    prog = getattr(args, "progress", None)
+    disable = None if prog is None else (not prog)
+    return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, leave=False, **kw)
+
+
+class _Steps:
+    """A progress bar over named steps: ``with steps("load model"): ...``."""
+
+    def __init__(self, args: argparse.Namespace, names: Sequence[str], desc: str) -> None:
+        self.bar = _bar(args, total=len(names), desc=desc, unit="step",
+                        bar_format="{desc}: {n_fmt}/{total_fmt} {bar} {postfix} [{elapsed}]")
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.bar.set_postfix_str(name)
+        yield
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _check_model_path(path: str) -> str:
+    if not os.path.exists(path):
+        raise CLIError(f"no such file or folder: {path}")
+    return path
+
+
+def _load(args: argparse.Namespace, path: str, weights: str | None, tokenizer: bool = True) -> Any:
+    import rlxc
+    _check_model_path(path)
+    kw: dict[str, Any] = dict(weights=weights, threads=args.threads, tokenizer=tokenizer)
+    if getattr(args, "max_seq", None):
+        kw["max_seq"] = args.max_seq
+    return rlxc.load(path, **kw)
+
+
+def _is_gguf(path: str) -> bool:
+    if os.path.isdir(path):
+        return not os.path.exists(os.path.join(path, "config.json"))
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise CLIError(f"--ids must be integers separated by spaces or commas, got {text!r}") from None
+    if not ids:
+        raise CLIError("--ids is empty")
+    return ids
+
+
+def _prompt_ids(args: argparse.Namespace, model: Any, default_text: str | None, n_random: int = 16) -> list[int]:
+    """Token ids from --ids, else the prompt text (chat template with --chat), else random ids."""
+    if getattr(args, "ids", None):
+        ids = _parse_ids(args.ids)
+        bad = [i for i in ids if not 0 <= i < model.vocab_size]
+        if bad:
+            raise CLIError(f"token id {bad[0]} is out of range [0, {model.vocab_size})")
+        return ids
+    text = getattr(args, "prompt", None) or default_text
+    tok = model.tokenizer
+    if text is not None and tok is not None:
+        if getattr(args, "chat", False):
+            return list(tok.apply_chat_template([{"role": "user", "content": text}], tokenize=True))
+        try:
+            return list(tok.encode(text, add_special=True, parse_special=True))
+        except ValueError:
+            if getattr(args, "prompt", None):
+                raise
+            # the default text, and a vocabulary that cannot spell it (e.g. a placeholder one)
+    if getattr(args, "prompt", None):
+        raise CLIError("this model has no tokenizer (no tokenizer in the GGUF / folder): pass token ids with --ids")
+    rng = np.random.default_rng(0)
+    return [int(i) for i in rng.integers(0, model.vocab_size, size=n_random)]
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+def _model_bytes(model: Any) -> int:
+    """Bytes of the layer weights, the embedding and (untied) lm_head as held."""
+    n = sum(int(layer.nbytes) for layer in model.layers) + int(model.embed.nbytes)
+    lm = getattr(model, "_lm", None)
+    if not model.tied and lm is not None:
+        n += int(np.asarray(lm).nbytes)
+    return n
+
+
+def _matrix_types(model: Any) -> dict[str, int]:
+    """Storage type -> number of layer matrices held in it."""
+    from .model import MATRIX_SLOTS
+    out: dict[str, int] = {}
+    for layer in model.layers:
+        for s in MATRIX_SLOTS:
+            t = layer.weight_type(s)
+            if t is not None:
+                out[t] = out.get(t, 0) + 1
+    return out
+
+
+# ----------------------------------------------------------------------------- demo
+
+def build_demo_layers(hidden: int, layers: int, inter: int, dtype: str, seed: int) -> list[Any]:
+    """A random Llama-shaped stack: alternating sliding (128) and full attention, GQA 4:1,
+    head_dim 64, RoPE base 1e4 / 1e6, matrices in ``dtype``."""
+    import rlxc
+    rng = np.random.default_rng(seed)
+    head_dim = 64
+    out = []
+    for i in range(layers):
+        layer = rlxc.Layer(hidden_size=hidden, intermediate_size=inter, head_dim=head_dim,
+                           num_q_heads=hidden // head_dim, num_kv_heads=max(1, hidden // head_dim // 4),
+                           rope_base=10000.0 if i % 2 == 0 else 1e6, sliding_window=128 if i % 2 == 0 else 0,
+                           eps=1e-5)
+        for name in layer.used_weights():
+            shape = layer.weight_shape(name)
+            w = rng.standard_normal(shape).astype(np.float32) * (1.0 if len(shape) == 1 else shape[1] ** -0.5)
+            layer.set_weight(name, w, dtype if len(shape) == 2 else "f32")
+        out.append(layer)
+    return out
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import rlxc
+    if args.hidden % 64 or args.hidden < 64:
+        raise CLIError("--hidden must be a positive multiple of 64 (heads of 64)")
+    if args.layers < 1 or args.prompt < 1 or args.tokens < 1:
+        raise CLIError("--layers, --prompt and --tokens must be >= 1")
+    info = rlxc.cpu_info()
+    print(f"rlxc {rlxc.__version__}: ISA {info['isa']} (available: {', '.join(info['available_isas'])}); "
+          f"CPU features: {info['features']}")
+    layers = build_demo_layers(args.hidden, args.layers, args.hidden * 3, args.dtype, seed=0)
+    pipe = rlxc.Pipeline(layers, max_seq=args.prompt + args.tokens, threads=args.threads)
+    print(pipe)
+    mb = sum(layer.nbytes for layer in layers) / 1e6
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((args.prompt, args.hidden)).astype(np.float32)
+    with _bar(args, total=args.tokens, desc="decode", unit="tok") as bar:  # made before the clock starts
+        t0 = time.perf_counter()
+        h = pipe.prefill(x)
+        t1 = time.perf_counter()
+        tok = h[-1]
+        for i in range(args.tokens):
+            tok = pipe.decode_token(tok / np.float32(np.sqrt(np.mean(tok * tok))), args.prompt + i)
+            bar.update(1)
+        t2 = time.perf_counter()
+    print(f"weights {mb:.1f} MB ({args.dtype}); threads {pipe.threads}")
+    print(f"prefill {args.prompt} tokens: {args.prompt / (t1 - t0):.1f} tokens/s")
+    print(f"decode  {args.tokens} tokens: {args.tokens / (t2 - t1):.1f} tokens/s "
+          f"({mb * args.tokens / (t2 - t1) / 1e3:.1f} GB/s of weights)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- info
+
+def _optional_versions() -> dict[str, str | None]:
+    from importlib import metadata
+    out: dict[str, str | None] = {}
+    for name in ("numpy", "tqdm", "torch", "transformers", "matplotlib", "gguf"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import rlxc
+    from .loaders import engine_wtypes
+    info = rlxc.cpu_info()
+    data = {
+        "version": rlxc.__version__,
+        "package": os.path.dirname(os.path.abspath(rlxc.__file__)),
+        "python": sys.version.split()[0],
+        "features": info["features"],
+        "isa": info["isa"],
+        "available_isas": list(info["available_isas"]),
+        "default_threads": info.get("default_threads"),
+        "rlxc_isa_env": os.environ.get("RLXC_ISA"),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "weight_types": sorted(engine_wtypes()),
+        "packages": _optional_versions(),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"rlxc {data['version']} (python {data['python']}, {data['package']})")
+    print(f"CPU features:    {data['features'] or '(none detected)'}")
+    isa_note = f"; forced by RLXC_ISA={data['rlxc_isa_env']}" if data["rlxc_isa_env"] else ""
+    print(f"kernel ISA:      {data['isa']} (available: {', '.join(data['available_isas'])}{isa_note})")
+    thr_note = f" (OMP_NUM_THREADS={data['omp_num_threads_env']})" if data["omp_num_threads_env"] else \
+        " (physical cores in the affinity mask)"
+    print(f"default threads: {data['default_threads']}{thr_note}")
+    print(f"weight types:    {', '.join(data['weight_types'])}")
+    pk = data["packages"]
+    print("packages:        " + ", ".join(f"{k} {v}" if v else f"{k} (not installed)" for k, v in pk.items()))
+    return 0
+
+
+# ----------------------------------------------------------------------------- run
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.prompt and not args.ids:
+        raise CLIError("give a prompt with -p TEXT (or token ids with --ids)")
+    steps = _Steps(args, ["load", "tokenize"], "rlxc run")
+    with steps("load model"):
+        model = _load(args, args.model, args.weights)
+    with steps("tokenize"):
+        ids = _prompt_ids(args, model, None)
+    steps.close()
+    if len(ids) >= model.max_seq:
+        raise CLIError(f"the prompt ({len(ids)} tokens) does not fit in max_seq={model.max_seq} (use --max-seq)")
+    text = model.tokenizer is not None
+    it = model.generate(ids, args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        min_p=args.min_p, repetition_penalty=args.repeat_penalty, seed=args.seed,
+                        stop=args.stop or None, stream=True)
+    out = sys.stdout
+    if args.echo and args.prompt and text and not args.chat:
+        out.write(args.prompt)
+        out.flush()
+    t0 = time.perf_counter()
+    t_first = None
+    n_pieces = 0
+    for piece in it:
+        if t_first is None:
+            t_first = time.perf_counter()
+        n_pieces += 1
+        out.write(piece if text else f"{piece} ")
+        out.flush()
+    t_end = time.perf_counter()
+    out.write("\n")
+    out.flush()
+    decoded = max(0, model.n_past - len(ids))  # tokens run through decode (the last sampled one is not)
+    prefill_s = (t_first or t_end) - t0
+    line = f"[prompt {len(ids)} tokens: {len(ids) / max(prefill_s, 1e-9):.1f} tokens/s (incl. the first sample)"
+    if t_first is not None and decoded > 0:
+        line += f"; generated {decoded + 1} tokens, decode {decoded / max(t_end - t_first, 1e-9):.1f} tokens/s"
+    elif n_pieces:
+        line += "; generated 1 token"
+    else:
+        line += "; generated nothing (an end-of-generation token came first)"
+    _say(line + f"; {model.pipeline.threads} threads, ISA {_isa()}]")
+    return 0
+
+
+def _isa() -> str:
+    import rlxc
+    return str(rlxc.get_isa())
+
+
+# ----------------------------------------------------------------------------- compare
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import rlxc
+    from .report import hf_reference
+    path = _check_model_path(args.model)
+    gguf = _is_gguf(path)
+    weights = args.weights
+    if weights == "stored":
+        weights = None
+    elif weights is None:
+        weights = None if gguf else "f32"
+    steps = _Steps(args, ["rlxc", "transformers", "tokens", "compare"], "rlxc compare")
+    try:
+        with steps("load with rlxc"):
+            model = _load(args, path, weights)
+        with steps("build the transformers model" + (" from the dequantized GGUF tensors" if gguf else "")):
+            hf = hf_reference(path, threads=args.threads)
+        with steps("tokens"):
+            ids = _prompt_ids(args, model, DEFAULT_PROMPT, n_random=args.tokens)
+        with steps("run both models"):
+            tol = args.tol
+            report = rlxc.compare(hf, model, np.asarray(ids), tol=tol)
+    finally:
+        steps.close()
+    quantized = any(t != "f32" for t in _matrix_types(model))
+    print(f"{args.model}: rlxc ({'weights as stored' if weights is None else 'weights ' + weights}) vs "
+          f"transformers on the {'dequantized GGUF tensors' if gguf else 'checkpoint weights'}")
+    print(report)
+    if quantized and not report.ok:
+        print("note: quantized matrices multiply activations rounded to 8 bits (as llama.cpp does), so errors of "
+              "~1e-3 per layer are expected; --weights f32 checks the mapping itself at tol 1e-4")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"title": report.title, "tol": report.tol, "n_tokens": report.n_tokens, "ok": report.ok,
+                       "first_bad": report.first_bad,
+                       "rows": [dict(name=r.name, max_abs_err=r.max_abs_err, max_abs_ref=r.max_abs_ref,
+                                     rel_err=r.rel_err, cosine=r.cosine, bad=r.bad) for r in report.rows]},
+                      f, indent=2)
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        ax = report.plot()
+        ax.figure.tight_layout()
+        ax.figure.savefig(args.plot, dpi=120)
+        _say(f"plot written to {args.plot}")
+    return 1 if (args.check and not report.ok) else 0
+
+
+# ----------------------------------------------------------------------------- bench
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.prompt_tokens < 1 or args.decode_tokens < 0 or args.reps < 1:
+        raise CLIError("--prompt-tokens and --reps must be >= 1, --decode-tokens >= 0")
+    steps = _Steps(args, ["load"], "rlxc bench")
+    with steps("load model"):
+        need = args.prompt_tokens + args.decode_tokens + 1
+        if not args.max_seq:
+            args.max_seq = max(need, 256)
+        model = _load(args, args.model, args.weights, tokenizer=False)
+    steps.close()
+    if need > model.max_seq:
+        raise CLIError(f"--prompt-tokens + --decode-tokens = {need} exceeds max_seq={model.max_seq}")
+    rng = np.random.default_rng(0)
+    ids = [int(i) for i in rng.integers(0, model.vocab_size, size=args.prompt_tokens)]
+    prefill: list[float] = []
+    with _bar(args, total=args.reps, desc="prefill", unit="run") as bar:
+        for _ in range(args.reps):
+            model.reset()
+            t0 = time.perf_counter()
+            z = model.prefill(ids, logits="last")
+            prefill.append(time.perf_counter() - t0)
+            bar.update(1)
+    decode: list[float] = []
+    with _bar(args, total=args.decode_tokens, desc="decode", unit="tok") as bar:
+        tok = int(np.argmax(z))
+        for _ in range(args.decode_tokens):
+            t0 = time.perf_counter()
+            z = model.decode(tok)
+            decode.append(time.perf_counter() - t0)
+            tok = int(np.argmax(z))
+            bar.update(1)
+    threads = model.pipeline.threads
+    res = {
+        "model": args.model, "isa": _isa(), "threads": threads, "weights_bytes": _model_bytes(model),
+        "prompt_tokens": args.prompt_tokens, "reps": args.reps,
+        "prefill_tokens_per_s": args.prompt_tokens / min(prefill),
+        "prefill_tokens_per_s_median": args.prompt_tokens / float(np.median(prefill)),
+        "decode_tokens": args.decode_tokens,
+        "decode_tokens_per_s": (len(decode) / sum(decode)) if decode else None,
+        "decode_ms_per_token_median": float(np.median(decode)) * 1e3 if decode else None,
+    }
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"{model!r}")
+    print(f"ISA {res['isa']}, {threads} threads, weights {_fmt_bytes(res['weights_bytes'])}")
+    print(f"prefill {args.prompt_tokens} tokens: {res['prefill_tokens_per_s']:.1f} tokens/s "
+          f"(best of {args.reps}; median {res['prefill_tokens_per_s_median']:.1f})")
+    if decode:
+        print(f"decode  {args.decode_tokens} tokens: {res['decode_tokens_per_s']:.1f} tokens/s "
+              f"(median {res['decode_ms_per_token_median']:.2f} ms/token, after a {args.prompt_tokens}-token prompt)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- quantize
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    import rlxc
+    src = _check_model_path(args.input)
+    if os.path.exists(args.output):
+        if os.path.isdir(args.output):
+            raise CLIError(f"{args.output} is a folder: give the output GGUF file's name")
+        if not os.path.isdir(src) and os.path.samefile(src, args.output):
+            raise CLIError("the output would overwrite the input (which is memory-mapped while it is read)")
+        if not args.force:
+            raise CLIError(f"{args.output} exists (use --force to overwrite it)")
+    t0 = time.perf_counter()
+    steps = _Steps(args, ["load", "write"], "rlxc quantize")
+    try:
+        with steps(f"load and convert to {args.type}"):
+            model = rlxc.load(src, weights=args.type, threads=args.threads)
+        tmp = args.output + ".part"
+        with steps(f"write {args.output}"):
+            try:
+                rlxc.save(model, tmp)
+                os.replace(tmp, args.output)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+    finally:
+        steps.close()
+    types = _matrix_types(model)
+    in_size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(src) for f in fs) \
+        if os.path.isdir(src) else os.path.getsize(src)
+    print(f"{args.output}: {len(model.layers)} layers ({model.arch}), matrices "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(types.items()))
+          + f", lm_head {model.lm_head_type}; {_fmt_bytes(in_size)} -> {_fmt_bytes(os.path.getsize(args.output))} "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+def _parser() -> argparse.ArgumentParser:
+    import rlxc
+    ap = argparse.ArgumentParser(
+        prog="rlxc", description="rlxc: decoder-only LLMs on the CPU, every layer a Python object. "
+        "Without a command: the no-download demo.",
+        epilog="MODEL: a GGUF file or a Hugging Face checkpoint folder. 'rlxc COMMAND -h' for a command's options.")
+    ap.add_argument("--version", action="version", version=f"rlxc {rlxc.__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of an error")
+    g = common.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=argparse.SUPPRESS,
+                   help="show progress bars even when stderr is not a terminal")
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=argparse.SUPPRESS,
+                   help="no progress bars")
+    ap.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    def threads(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-t", "--threads", type=int, default=None, help="engine threads (default: the engine's)")
+
+    p = sub.add_parser("demo", parents=[common], help="the no-download demo (the default)",
+                       description="Builds a random Llama-shaped stack (alternating sliding and full attention, "
+                       "GQA, quantized weights), prints its layers, prefills a prompt and times decoding.")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--dtype", default="q4_0", choices=["f32", "q4_0", "q8_0"])
+    p.add_argument("--prompt", type=int, default=128, help="prompt tokens to prefill")
+    p.add_argument("--tokens", type=int, default=64, help="tokens to decode")
+    threads(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("info", parents=[common], help="version, CPU features, kernel ISA, default threads")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("run", parents=[common], help="generate text from a prompt (streamed), then tokens/s",
+                       description="Loads MODEL with rlxc.load and streams Model.generate(stream=True) to stdout; "
+                       "the speed goes to stderr.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("-p", "--prompt", help="prompt text (special tokens written out, e.g. <start_of_turn>, are parsed)")
+    p.add_argument("--ids", help="prompt as token ids ('1 2 3' or '1,2,3') instead of text")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt as one user turn with the chat template")
+    p.add_argument("-n", "--max-tokens", type=int, default=128, help="tokens to generate at most (default 128)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
+    p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
+                   help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
+    p.add_argument("--max-seq", type=int, default=None, help="KV-cache length")
+    threads(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", parents=[common], help="layer-by-layer report against transformers",
+                       description="Runs MODEL with rlxc and with transformers on the same weights (an HF folder as "
+                       "it is; a GGUF file dequantized to float32) and prints the per-layer errors. Needs torch and "
+                       "transformers.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("-p", "--prompt", help=f"prompt text (default: {DEFAULT_PROMPT!r}; random ids without a tokenizer)")
+    p.add_argument("--ids", help="token ids instead of text")
+    p.add_argument("--tokens", type=int, default=16, help="random ids when the model has no tokenizer (default 16)")
+    p.add_argument("--weights", choices=["stored", "q4_0", "q8_0", "f32"], default=None,
+                   help="rlxc weights (default: GGUF as stored, HF folder f32)")
+    p.add_argument("--tol", type=float, default=1e-4, help="relative error bound per row (default 1e-4)")
+    p.add_argument("--check", action="store_true", help="exit with status 1 when a row is over tol")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the errors per layer (needs matplotlib)")
+    p.add_argument("--max-seq", type=int, default=None)
+    threads(p)
+    p.set_defaults(func=cmd_compare, chat=False)
+
+    p = sub.add_parser("bench", parents=[common], help="prefill and decode tokens/s",
+                       description="Times a prefill of random token ids (best of --reps) and greedy decoding "
+                       "after it.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--decode-tokens", type=int, default=32)
+    p.add_argument("--reps", type=int, default=3, help="prefill repetitions (default 3)")
+    p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
+                   help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
+    p.add_argument("--max-seq", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    threads(p)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("quantize", parents=[common], help="HF folder or GGUF in, quantized GGUF out",
+                       description="rlxc.load(IN, weights=TYPE) then rlxc.save(OUT): layer matrices and the lm_head "
+                       "in TYPE (those whose input width is not a multiple of 32 stay f32); a GGUF's embedding rows "
+                       "keep their stored type.")
+    p.add_argument("input", metavar="IN")
+    p.add_argument("output", metavar="OUT")
+    p.add_argument("--type", choices=["q4_0", "q8_0", "f32"], default="q4_0")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite OUT")
+    threads(p)
+    p.set_defaults(func=cmd_quantize)
+    return ap
+
+
+def _error_line(e: BaseException) -> str:
+    if isinstance(e, CLIError):
+        return str(e)
+    if isinstance(e, FileNotFoundError):
+        return f"no such file or folder: {e.filename or e}"
+    if isinstance(e, NotImplementedError):
+        msg = f"not supported: {e}"
+    elif isinstance(e, ImportError):
+        msg = str(e)
+    elif isinstance(e, MemoryError):
+        msg = "out of memory"
+    else:
+        msg = f"{type(e).__name__}: {e}" if not isinstance(e, (ValueError, OSError)) else str(e)
+    lines = [ln for ln in msg.splitlines() if ln.strip()]
+    return lines[0] + (" ..." if len(lines) > 1 else "") if lines else type(e).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in COMMANDS for a in args_list) and not any(a in ("-h", "--help", "--version") for a in args_list):
+        args_list.insert(0, "demo")  # `rlxc`, `python -m rlxc`, `python -m rlxc --hidden 512`: the demo
+    ap = _parser()
+    args = ap.parse_args(args_list)
+    if not hasattr(args, "progress"):
+        args.progress = None
+    debug = bool(getattr(args, "debug", False))
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        _say("rlxc: interrupted")
+        return 130
+    except BrokenPipeError:  # `rlxc run ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:  # pragma: no cover
+            pass
+        return 0
+    except Exception as e:  # noqa: BLE001 - the one-line error is the point
+        if debug:
+            raise
+        _say(f"rlxc {args.command}: error: {_error_line(e)}")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
