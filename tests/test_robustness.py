@@ -172,3 +172,50 @@ def test_fork_child_can_use_rlxc():
     """ % os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_field_conversion_callbacks_cannot_resurrect_freed_weights():
+    """Setting a field converts the value first: user code in __float__/__bool__ that
+    replaces weights or re-inits the layer must not leave dangling pointers behind."""
+    layer = rlxc.Layer()
+    layer.set_weight("q_proj", np.zeros((64, 64), np.float32))
+
+    class Sneaky(int):
+        def __float__(self):
+            layer.set_weight("q_proj", np.ones((64, 64), np.float32))
+            return 1e-5
+
+    class Reinit(int):
+        def __bool__(self):
+            layer.__init__()
+            return True
+
+    layer.eps = Sneaky(1)
+    assert layer.weight("q_proj").max() == 1.0 and layer.eps == pytest.approx(1e-5)
+    layer.qkv_bias = Reinit(1)
+    assert layer.qkv_bias and layer.weight_type("q_proj") is None
+
+
+def test_cycles_through_borrowed_weights_are_collected():
+    import weakref
+
+    class Owner(np.ndarray):
+        pass
+
+    data = ops.quantize_q4_0(np.ones((64, 64), np.float32)).view(Owner)
+    layer = rlxc.Layer()
+    data.layer = layer                     # owner -> layer -> owner
+    layer.set_weight_view("q_proj", data, 64, "q4_0")
+    ref = weakref.ref(layer)
+    del layer, data
+    gc.collect()
+    assert ref() is None
+
+
+def test_misaligned_rows_are_rejected_not_read():
+    buf = np.zeros(16 * 128 + 1, np.uint8)
+    rows = buf[1:].reshape(16, 128)
+    with pytest.raises(ValueError, match="aligned"):
+        ops.dequantize(rows, "f16", 64)
+    with pytest.raises(ValueError, match="aligned"):
+        ops.matmul(np.ones(64, np.float32), rows, "f16")

@@ -47,6 +47,8 @@ int check_finite(PyArrayObject *a, const char *name);
 PyArrayObject *new_array(int ndim, const npy_intp *dims, int type);
 /* Python int -> C int with a ValueError naming `name` when out of [lo, hi]. */
 int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out);
+/* ValueError naming `name` unless a's data is aligned for reading rows of type t in place. */
+int check_aligned(PyArrayObject *a, rlxc_wtype t, const char *name);
 /* A weight type's name ("f32", "q4_k", ... as rlxc_wtype_name) -> rlxc_wtype; -1 with ValueError otherwise. */
 int wtype_arg(const char *s, const char *name);
 /* Python str -> its UTF-8 text (owned by obj); NULL with a TypeError / ValueError naming `name`

@@ -118,9 +118,13 @@ static int field_set(PyObject *o, PyObject *v, void *closure) {
         PyErr_Format(PyExc_AttributeError, "cannot delete field %s", f->name);
         return -1;
     }
+    /* Convert first: it may run user code (__float__, __bool__) that edits or re-inits this
+     * layer or starts a pipeline on it, so the layer is read only after it. */
+    rlxc_layer value;
+    if (field_store(&value, f, v)) return -1;
     if (layer_frozen(self)) return -1;
     rlxc_layer trial = self->layer; /* shallow: shares weight pointers, never freed */
-    if (field_store(&trial, f, v)) return -1;
+    memcpy((char *)&trial + f->offset, (const char *)&value + f->offset, 4); /* every field is an int or a float */
     char err[RLXC_ERRLEN];
     if (rlxc_layer_check_fields(&trial, err)) {
         PyErr_Format(PyExc_ValueError, "cannot set %s: %s", f->name, err);
@@ -150,7 +154,6 @@ static int Layer_init(PyObject *o, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "Layer takes keyword arguments only, e.g. Layer(head_dim=64)");
         return -1;
     }
-    if (layer_frozen(self)) return -1;
     rlxc_layer l;
     rlxc_layer_init(&l);
     if (kw) {
@@ -182,14 +185,33 @@ static int Layer_init(PyObject *o, PyObject *args, PyObject *kw) {
         PyErr_Format(PyExc_ValueError, "invalid Layer: %s", err);
         return -1;
     }
+    if (layer_frozen(self)) return -1; /* checked last: the conversions above may run user code */
     rlxc_layer_free(&self->layer); /* __init__ may run twice */
     for (int s = 0; s < RLXC_W_COUNT; s++) drop_view(self, s);
     self->layer = l;
     return 0;
 }
 
+static int Layer_traverse(PyObject *o, visitproc visit, void *arg) {
+    LayerObject *self = (LayerObject *)o;
+    for (int s = 0; s < RLXC_W_COUNT; s++) Py_VISIT(self->views[s]);
+    return 0;
+}
+
+/* Break cycles through borrowed weights: the slots go with the owners of their bytes. */
+static int Layer_clear(PyObject *o) {
+    LayerObject *self = (LayerObject *)o;
+    for (int s = 0; s < RLXC_W_COUNT; s++)
+        if (self->views[s] && !self->busy) {
+            rlxc_layer_clear_weight(&self->layer, (rlxc_wslot)s);
+            drop_view(self, s);
+        }
+    return 0;
+}
+
 static void Layer_dealloc(PyObject *o) {
     LayerObject *self = (LayerObject *)o;
+    PyObject_GC_UnTrack(o);
     if (self->weakrefs) PyObject_ClearWeakRefs(o);
     rlxc_layer_free(&self->layer);
     for (int s = 0; s < RLXC_W_COUNT; s++) drop_view(self, s);
@@ -275,13 +297,8 @@ static PyObject *set_raw(PyObject *o, PyObject *args, PyObject *kw, int view) {
     if (t < 0 || layer_frozen(self)) return NULL;
     PyArrayObject *a = raw_arg(arr, cols, t, dtype);
     if (!a) return NULL;
-    /* borrowed bytes are read in place as floats / halves: they must be aligned like them */
-    const size_t align = t == RLXC_F32 ? 4 : 2;
-    if (view && (uintptr_t)PyArray_DATA(a) % align) {
-        PyErr_Format(PyExc_ValueError, "data must be %zu-byte aligned to be used in place as %s (set_weight_view); "
-                     "set_weight_raw copies it", align, dtype);
+    if (view && check_aligned(a, (rlxc_wtype)t, "data (set_weight_view reads it in place; set_weight_raw copies)"))
         return NULL;
-    }
     const int rows = (int)PyArray_DIM(a, 0);
     char err[RLXC_ERRLEN];
     const int rc = view ? rlxc_layer_set_weight_view(&self->layer, (rlxc_wslot)s, PyArray_DATA(a), rows, cols,
@@ -415,7 +432,9 @@ PyTypeObject Layer_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rlxc._rlxc.Layer",
     .tp_basicsize = sizeof(LayerObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = Layer_traverse,
+    .tp_clear = Layer_clear,
     .tp_doc = "One decoder layer (the C FullPipelineLayer): every per-layer field as an attribute, weights by name.",
     .tp_new = Layer_new,
     .tp_init = Layer_init,

@@ -109,6 +109,17 @@ int real_arg(PyObject *obj, const char *name, int finite, double *out) {
     return 0;
 }
 
+int check_aligned(PyArrayObject *a, rlxc_wtype t, const char *name) {
+    /* stored rows are read in place as floats / halves (block scales): align like them */
+    const size_t align = t == RLXC_F32 ? 4 : 2;
+    if ((uintptr_t)PyArray_DATA(a) % align) {
+        PyErr_Format(PyExc_ValueError, "%s must be %zu-byte aligned for %s (np.ascontiguousarray gives a copy that is)",
+                     name, align, rlxc_wtype_name(t));
+        return -1;
+    }
+    return 0;
+}
+
 int wtype_arg(const char *s, const char *name) {
     const int t = rlxc_wtype_from_name(s);
     if (t < 0)

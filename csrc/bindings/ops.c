@@ -77,12 +77,14 @@ static PyArrayObject *blocks_arg(PyObject *o, const char *name, rlxc_wtype t, np
                      name, (Py_ssize_t)bb, rlxc_wtype_name(t), block, (Py_ssize_t)rb);
         return NULL;
     }
+    if (check_aligned(a, t, name)) return NULL;
     *K = rb / bb * block;
     return a;
 }
 
 /* Rows of type t (any leading shape, last axis = row bytes) -> float32 rows of K. */
 static PyObject *dequantize_rows(PyArrayObject *b, rlxc_wtype t, int K) {
+    if (check_aligned(b, t, "b")) return NULL;
     const int nd = PyArray_NDIM(b);
     npy_intp dims[NPY_MAXDIMS];
     memcpy(dims, PyArray_DIMS(b), (size_t)nd * sizeof(npy_intp));

@@ -23,6 +23,10 @@ static int Pipeline_init(PyObject *o, PyObject *args, PyObject *kw) {
     int max_seq, threads = 0;
     if (int_arg(max_seq_obj, "max_seq", 1, 1 << 24, &max_seq)) return -1;
     if (threads_obj != Py_None && int_arg(threads_obj, "threads", 1, 1024, &threads)) return -1;
+    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
+        PyErr_NoMemory();
+        return -1;
+    }
     PyObject *tup = PySequence_Tuple(seq);
     if (!tup) {
         PyErr_SetString(PyExc_TypeError, "layers must be a sequence of rlxc.Layer");
@@ -55,8 +59,6 @@ static int Pipeline_init(PyObject *o, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->layers = tup;
-    self->lock = PyThread_allocate_lock();
-    if (!self->lock) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
@@ -146,9 +148,12 @@ static int ple_arg(PipelineObject *self, PyObject *ple, int T, int one_token, co
     return 0;
 }
 
+/* x and ple were checked against the pipeline's shapes; their widths are what the engine may
+ * read, so they are re-checked once the layers are frozen. */
 static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int decode, const float *ple,
                      int layer_outputs) {
-    const int H = rlxc_pipeline_hidden_size(self->p), L = (int)PyTuple_GET_SIZE(self->layers);
+    const int H = (int)PyArray_DIM(x, PyArray_NDIM(x) - 1), L = (int)PyTuple_GET_SIZE(self->layers);
+    const int stride = ple ? rlxc_pipeline_ple_stride(self->p) : 0;
     npy_intp dims[3] = {L, T, H};
     PyArrayObject *out = decode ? new_array(1, dims + 2, NPY_FLOAT32) : new_array(2, dims + 1, NPY_FLOAT32);
     PyArrayObject *lo = layer_outputs ? (decode ? new_array(2, (npy_intp[]){L, H}, NPY_FLOAT32)
@@ -163,6 +168,17 @@ static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int
     int rc;
     float *lop = lo ? PyArray_DATA(lo) : NULL;
     enter(self);
+    /* Arguments were checked before enter(), which may wait without the GIL while another
+     * thread re-shapes the layers; once entered they are frozen, so check again. */
+    if (rlxc_pipeline_hidden_size(self->p) != H || (ple && rlxc_pipeline_ple_stride(self->p) != stride) ||
+        (int)PyTuple_GET_SIZE(self->layers) != L) {
+        leave(self);
+        Py_DECREF(out);
+        Py_XDECREF(lo);
+        PyErr_SetString(PyExc_RuntimeError, "the layers changed shape while this call waited for the pipeline; "
+                                            "check the arguments and call again");
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = decode ? rlxc_pipeline_decode(self->p, PyArray_DATA(x), ple, pos, PyArray_DATA(out), lop, err)
                 : rlxc_pipeline_prefill(self->p, PyArray_DATA(x), ple, T, PyArray_DATA(out), lop, err);
