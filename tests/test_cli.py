@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ def run_module(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m rlxc ARGS`` in a fresh process (from outside the source tree)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "rlxc", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=os.path.dirname(ROOT), env=env)
+                          timeout=timeout, cwd=tempfile.gettempdir(), env=env)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import os
 import pydoc
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ EXAMPLES = os.path.join(ROOT, "examples")
 
 def test_quickstart_runs():
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "quickstart.py")], capture_output=True, text=True,
-                         timeout=120, cwd=os.path.dirname(ROOT))
+                         timeout=120, cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr
     assert "pipeline: prefill (8, 128) -> decode (128,), n_past 9" in out.stdout
     assert "moves the logits by" in out.stdout

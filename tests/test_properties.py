@@ -304,7 +304,8 @@ def test_huge_dimensions_never_overflow_shapes(f1, v1, f2, v2):
     clean(lambda: setattr(layer, f2, v2), f2)
     consistent(layer)
     # a pipeline over it (if its KV cache is of a size to try here) is built or fails cleanly
-    if layer.num_kv_heads * layer.head_dim <= 2**22 and layer.hidden_size + layer.intermediate_size <= 2**22:
+    if (layer.num_q_heads * layer.head_dim <= 2**20 and layer.hidden_size + layer.intermediate_size <= 2**20
+            and layer.ple_dim <= 2**20):
         clean(lambda: rlxc.Pipeline([layer], 1), "max_seq", "memory", "layer", "scratch", "KV",
               exc=CLEAN + (MemoryError,))
 

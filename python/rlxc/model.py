@@ -428,7 +428,8 @@ class Model:
             rows.append(dict(layer=i, attention=attn, window=W, head_dim=int(l.head_dim),
                              q_heads=int(l.num_q_heads), kv_heads=int(l.num_kv_heads), rope=rope,
                              ffn=int(l.intermediate_size), ple=int(l.ple_dim),
-                             weights="/".join(fmts) if fmts else "?"))
+                             weights="/".join(fmts) if fmts else "?",
+                             memory=f"{int(getattr(l, 'nbytes', 0)) / 1e6:.2f} MB"))
         return rows
 
     def __repr__(self) -> str:
@@ -443,7 +444,8 @@ class Model:
                 + (", " + ", ".join(extra) if extra else "") + f", n_past {self.n_past}>")
 
     def _repr_html_(self) -> str:
-        cols = ["layer", "attention", "head_dim", "q_heads", "kv_heads", "rope", "ffn", "ple", "weights"]
+        cols = ["layer", "attention", "window", "head_dim", "q_heads", "kv_heads", "rope", "ffn", "ple", "weights",
+                "memory"]
         rows = self.layer_table()
         th = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in cols) + "</tr>"
