@@ -139,7 +139,7 @@ def build(c):
     return layers, x, ple
 
 
-@cfg(120)
+@cfg(400)
 @given(stack_config())
 def test_random_stacks_match_reference_prefill_and_decode(c):
     note(repr(c))
@@ -267,7 +267,7 @@ def consistent(layer):
     assert rlxc.Layer(**f).fields() == f
 
 
-@cfg(300)
+@cfg(600)
 @given(st.sampled_from(FIELDS), field_values())
 def test_field_writes_validate_and_never_corrupt(field, value):
     layer = rlxc.Layer()
@@ -364,7 +364,7 @@ def test_weight_names_are_validated(name):
     raises_clean(lambda: layer.set_weight(name, np.ones(64, np.float32)), "name", "weight")
 
 
-@cfg(250)
+@cfg(400)
 @given(st.sampled_from(["q_proj", "down_proj", "attn_norm", "ple_gate"]), st.sampled_from(WTYPES), st.data())
 def test_raw_and_view_bytes_are_checked(slot, wt, data):
     layer = rlxc.Layer(hidden_size=256, intermediate_size=512, head_dim=64, num_q_heads=4, num_kv_heads=4,
@@ -536,7 +536,7 @@ def bad_values(kind, good):
             (z[:, None, :], False), (np.zeros((0, z.shape[1]), np.uint8), False)]
 
 
-@cfg(400)
+@cfg(800)
 @given(st.sampled_from(sorted(OPS)), st.data())
 def test_ops_reject_bad_arguments(name, data):
     kw, kinds = OPS[name]
@@ -586,7 +586,7 @@ def test_set_isa_and_get_isa_validate():
 
 # ============================================================================ non-finite data
 
-@cfg(120)
+@cfg(250)
 @given(st.sampled_from(WTYPES), st.sampled_from(ISAS), st.integers(1, 4), st.data())
 def test_non_finite_activations_and_stored_bytes_never_crash(wt, isa, T, data):
     """NaN / inf reach the kernels through activations (overflow) and stored bytes (a corrupt

@@ -299,27 +299,28 @@ def _drop_gpt2_merges() -> bytes:
     return g.to_bytes()
 
 
-# metadata values of the wrong type / shape: loaders.py and tokenizer.py do not check them yet
+# metadata values of the wrong type / shape (found by the fuzzer; those with bug= still raise an
+# undocumented exception in loaders.py / tokenizer.py)
 _L, _T = "python/rlxc/loaders.py", "python/rlxc/tokenizer.py"
-recipe("gguf_embedding_length_array.gguf", bug=f"{_L} gguf_layer_fields: int(array) TypeError")(
+recipe("gguf_embedding_length_array.gguf")(
     _meta("ARCH.embedding_length", ARR, [2**32 - 1, 255], U32))
-recipe("gguf_context_length_strings.gguf", bug=f"{_L} _gguf_model: int(list) TypeError")(
+recipe("gguf_context_length_strings.gguf")(
     _meta("ARCH.context_length", ARR, ["a", "", "b c"], STR))
-recipe("gguf_block_count_array.gguf", bug=f"{_L} _arch: int(array) TypeError")(
+recipe("gguf_block_count_array.gguf")(
     _meta("ARCH.block_count", ARR, [1], I32))
-recipe("gguf_rope_dims_inf.gguf", bug=f"{_L} gguf_layer_fields: int(inf) OverflowError")(
+recipe("gguf_rope_dims_inf.gguf")(
     _meta("ARCH.rope.dimension_count", F32, float("inf")))
-recipe("gguf_expert_used_count_neg_inf.gguf", bug=f"{_L} _arch: int(-inf) OverflowError")(
+recipe("gguf_expert_used_count_neg_inf.gguf")(
     _meta("ARCH.expert_used_count", F32, float("-inf")))
-recipe("gguf_eps_empty_array.gguf", bug=f"{_L} gguf_layer_fields: float(array) TypeError")(
+recipe("gguf_eps_empty_array.gguf")(
     _meta("ARCH.attention.layer_norm_rms_epsilon", ARR, [], U8))
-recipe("gguf_rope_base_array.gguf", bug=f"{_L} gguf_layer_fields: float(array) TypeError")(
+recipe("gguf_rope_base_array.gguf")(
     _meta("ARCH.rope.freq_base", ARR, [1.0], F32))
-recipe("gguf_rope_scale_linear_strings.gguf", bug=f"{_L} _rope_scaling: float(list) TypeError")(
+recipe("gguf_rope_scale_linear_strings.gguf")(
     _meta("ARCH.rope.scale_linear", ARR, ["a", ""], STR))
-recipe("gguf_final_softcap_strings.gguf", bug=f"{_L} _gguf_model: float(list) TypeError")(
+recipe("gguf_final_softcap_strings.gguf")(
     _meta("ARCH.final_logit_softcapping", ARR, ["a"], STR))
-recipe("gguf_tokenizer_tokens_bool.gguf", bug=f"{_T} SPMTokenizer: list(bool) TypeError")(
+recipe("gguf_tokenizer_tokens_bool.gguf")(
     _meta("tokenizer.ggml.tokens", U8, 1))
 recipe("gguf_tokenizer_tokens_numbers.gguf", bug=f"{_T} _utf8: numpy.uint32 has no encode (AttributeError)")(
     _meta("tokenizer.ggml.tokens", ARR, list(range(32)), U32))
@@ -329,11 +330,11 @@ recipe("gguf_tokenizer_types_short.gguf", bug=f"{_T} SPMTokenizer: IndexError")(
     _meta("tokenizer.ggml.token_type", ARR, [1] * 5, I32))
 recipe("gguf_tokenizer_types_scalar.gguf", bug=f"{_T} SPMTokenizer: int not subscriptable (TypeError)")(
     _meta("tokenizer.ggml.token_type", I32, 1))
-recipe("gguf_tokenizer_special_id_array.gguf", bug=f"{_T} _opt_int: int(array) TypeError")(
+recipe("gguf_tokenizer_special_id_array.gguf")(
     _meta("tokenizer.ggml.unknown_token_id", ARR, [0, 65536], U32))
 recipe("gguf_tokenizer_merges_numbers.gguf", bug=f"{_T} BPETokenizer: numpy.uint64 has no partition")(
     _meta("tokenizer.ggml.merges", ARR, [1, 2, 3], U64, base=tiny_gpt2))
-recipe("gguf_tokenizer_merges_scalar.gguf", bug=f"{_T} BPETokenizer: list(int) TypeError")(
+recipe("gguf_tokenizer_merges_scalar.gguf")(
     _meta("tokenizer.ggml.merges", U32, 7, base=tiny_gpt2))
 recipe("gguf_tokenizer_merges_unknown_tokens.gguf",
        bug=f"{_T} BPETokenizer: tokenizers' Rust BPE panics (pyo3 PanicException, a BaseException)")(
