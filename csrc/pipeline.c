@@ -162,7 +162,8 @@ static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
         const size_t H = l->hidden_size, Q = (size_t)l->num_q_heads * l->head_dim;
         const size_t KV = (size_t)l->num_kv_heads * l->head_dim, I = l->intermediate_size;
         const size_t F = I > (size_t)l->ple_dim ? I : (size_t)l->ple_dim;
-        const size_t n = H + Q + 2 * KV + Q + H + 2 * F + (size_t)l->rotary_dim;
+        /* the last region holds cos, sin and inverse frequencies: rotary_dim * 3/2 floats, once */
+        const size_t n = H + Q + 2 * KV + Q + H + 2 * F + 2 * (size_t)l->rotary_dim;
         if (n > per_tok) per_tok = n;
         size_t in = H > Q ? H : Q;
         in = in > F ? in : F;
@@ -238,14 +239,20 @@ static void activate(const rlxc_layer *l, float *x, size_t n) {
     else kn->gelu_tanh(x, x, (int)n);
 }
 
-void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cs, float *sn) {
+void rlxc_rope_inv_freq(const rlxc_layer *l, float *inv) {
     const int n_pairs = l->rotary_dim / 2;
     const double denom = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? l->head_dim : l->rotary_dim;
     const float *factors = l->w[RLXC_W_ROPE_FREQ_FACTORS].data;
     for (int k = 0; k < n_pairs; k++) {
-        double inv = pow((double)l->rope_base, -2.0 * k / denom);
-        if (factors) inv /= factors[k];
-        const float angle = (float)pos * (float)inv;
+        double f = pow((double)l->rope_base, -2.0 * k / denom);
+        if (factors) f /= factors[k];
+        inv[k] = (float)f;
+    }
+}
+
+void rlxc_rope_angles(const rlxc_layer *l, const float *inv, int pos, float *cs, float *sn) {
+    for (int k = 0; k < l->rotary_dim / 2; k++) {
+        const float angle = (float)pos * inv[k];
         cs[k] = (float)cos((double)angle) * l->rope_attn_factor;
         sn[k] = (float)sin((double)angle) * l->rope_attn_factor;
     }
@@ -308,9 +315,10 @@ static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, 
     if (l->rotary_dim > 0) {
         const int n_pairs = l->rotary_dim / 2;
         const int half = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? hd / 2 : n_pairs;
-        float *cs = p->cs, *sn = p->cs + n_pairs;
+        float *cs = p->cs, *sn = cs + n_pairs, *inv = sn + n_pairs;
+        rlxc_rope_inv_freq(l, inv); /* once per call: pow is the costly part */
         for (int t = 0; t < T; t++) {
-            rlxc_rope_angles(l, pos0 + t, cs, sn);
+            rlxc_rope_angles(l, inv, pos0 + t, cs, sn);
             kn->rope(p->q + t * Q, nq, hd, cs, sn, n_pairs, half);
             if (own_kv) kn->rope(p->k + t * KV, nkv, hd, cs, sn, n_pairs, half);
         }

@@ -133,8 +133,10 @@ int rlxc_layer_check(const rlxc_layer *l, char *err);
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *xq_scratch);
 /* Bytes of xq_scratch one token of `cols` inputs needs, for any weight type. */
 size_t rlxc_linear_scratch_bytes(int cols);
-/* cos and sin (times rope_attn_factor) of each of the layer's rotary_dim/2 pairs at pos. */
-void rlxc_rope_angles(const rlxc_layer *l, int pos, float *cos_out, float *sin_out);
+/* Inverse frequencies of the layer's rotary_dim/2 pairs (base, layout, freq factors). */
+void rlxc_rope_inv_freq(const rlxc_layer *l, float *inv);
+/* cos and sin (times rope_attn_factor) of each pair at pos, from rlxc_rope_inv_freq's output. */
+void rlxc_rope_angles(const rlxc_layer *l, const float *inv, int pos, float *cos_out, float *sin_out);
 
 /* Threads a call may use: `requested`, or 1 in a process forked after OpenMP ran. */
 int rlxc_threads_usable(int requested);

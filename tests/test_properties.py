@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import rlxc
 from rlxc import ops
 import reference as ref
+from test_robustness import rss_kb
 
 EXPLORE = os.environ.get("RLXC_HYPOTHESIS") == "explore"
 SCALE = float(os.environ.get("RLXC_HYPOTHESIS_EXAMPLES", "1"))
@@ -672,12 +673,6 @@ def test_views_are_released_with_their_layer_and_pipeline():
     assert sys.getrefcount(b) == base
 
 
-def rss_kb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 @pytest.mark.skipif(bool(os.environ.get("RLXC_SANITIZED")), reason="ASan's quarantine grows RSS by design")

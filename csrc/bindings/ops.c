@@ -280,10 +280,11 @@ static PyObject *op_rope(PyObject *m, PyObject *args, PyObject *kw) {
     PyArrayObject *y = copy_of(x);
     if (!y) return NULL;
     const int n_pairs = l.rotary_dim / 2, half = proportional ? l.head_dim / 2 : n_pairs;
-    float *cs = malloc(2 * (n_pairs + 1) * sizeof(float));
+    float *cs = malloc(3 * (n_pairs + 1) * sizeof(float)); /* cos, sin, inverse frequencies */
     if (!cs) { Py_DECREF(y); return PyErr_NoMemory(); }
     Py_BEGIN_ALLOW_THREADS
-    rlxc_rope_angles(&l, pos, cs, cs + n_pairs);
+    rlxc_rope_inv_freq(&l, cs + 2 * n_pairs);
+    rlxc_rope_angles(&l, cs + 2 * n_pairs, pos, cs, cs + n_pairs);
     KN->rope(PyArray_DATA(y), l.num_q_heads, l.head_dim, cs, cs + n_pairs, n_pairs, half);
     Py_END_ALLOW_THREADS
     free(cs);

@@ -148,6 +148,16 @@ def _render_chat(template: str, messages: list, **kw: Any) -> str:
 
 # ============================================================================ llama.cpp SPM
 
+def _with_special_ids(md: dict, chat_template: str | None, **ids: int | None) -> dict:
+    """GGUF metadata for the special token ids that are set, and the chat template if any."""
+    for key, v in ids.items():
+        if v is not None:
+            md[f"tokenizer.ggml.{key}_token_id"] = (int(v), 4, None)
+    if chat_template:
+        md["tokenizer.chat_template"] = (chat_template, 8, None)
+    return md
+
+
 class SPMTokenizer(Tokenizer):
     """llama.cpp's SentencePiece-style ("llama") tokenizer over GGUF tokens / scores / types."""
 
@@ -346,13 +356,8 @@ class SPMTokenizer(Tokenizer):
             "tokenizer.ggml.add_eos_token": (self.add_eos, 7, None),
             "tokenizer.ggml.add_space_prefix": (self.add_space_prefix, 7, None),
         }
-        for key, v in (("bos", self.bos_id), ("eos", self.eos_id), ("unknown", self.unk_id),
-                       ("padding", self.pad_id)):
-            if v is not None:
-                md[f"tokenizer.ggml.{key}_token_id"] = (int(v), 4, None)
-        if self.chat_template:
-            md["tokenizer.chat_template"] = (self.chat_template, 8, None)
-        return md
+        return _with_special_ids(md, self.chat_template, bos=self.bos_id, eos=self.eos_id, unknown=self.unk_id,
+                                 padding=self.pad_id)
 
     def __repr__(self) -> str:
         return (f"SPMTokenizer({self.vocab_size} tokens, bos={self.bos_id}, eos={self.eos_id}, "
@@ -453,12 +458,7 @@ class BPETokenizer(Tokenizer):
             "tokenizer.ggml.merges": (self.merges, 9, 8),
             "tokenizer.ggml.add_bos_token": (self.add_bos, 7, None),
         }
-        for key, v in (("bos", self.bos_id), ("eos", self.eos_id), ("padding", self.pad_id)):
-            if v is not None:
-                md[f"tokenizer.ggml.{key}_token_id"] = (int(v), 4, None)
-        if self.chat_template:
-            md["tokenizer.chat_template"] = (self.chat_template, 8, None)
-        return md
+        return _with_special_ids(md, self.chat_template, bos=self.bos_id, eos=self.eos_id, padding=self.pad_id)
 
     def __repr__(self) -> str:
         return f"BPETokenizer({self.vocab_size} tokens, pre={self.pre!r}, bos={self.bos_id}, eos={self.eos_id})"
