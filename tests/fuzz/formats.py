@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,14 @@ GGML = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24)
         12: (256, 144), 14: (256, 210), 30: (1, 2)}
 TYPE_ID = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q8_0": 8, "q2_k": 10, "q4_k": 12, "q6_k": 14,
            "bf16": 30}
+
+
+def _as_int(value: Any) -> int:
+    """An integer for any mutated value: a NaN or infinity put in an integer field by a
+    mutation is written as its float64 bit pattern (still a lie for the parser to catch)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return struct.unpack("<q", struct.pack("<d", value))[0]
+    return int(value)
 
 
 @dataclass
@@ -95,9 +104,9 @@ class GGUF:
             if fmt in ("<f", "<d"):
                 return struct.pack(fmt, float(value))
             if fmt == "<?":
-                return struct.pack("<B", int(value) & 0xFF)
+                return struct.pack("<B", _as_int(value) & 0xFF)
             bits = struct.calcsize(fmt) * 8
-            v = int(value)
+            v = _as_int(value)
             if fmt[1].isupper():
                 v %= 2**bits
             else:
