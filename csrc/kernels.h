@@ -116,6 +116,19 @@ typedef struct rlxc_kernels {
     void (*matvec_bf16)(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
     void (*matmul_bf16)(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
     void (*quantize_row_q8_k)(block_q8_k *y, const float *x, int K); /* K % 256 == 0 */
+    /* One row -> K floats, bit-exact with the scalar twins (and gguf.quants.dequantize): the
+     * f32-activation path of rlxc_linear multiplies these rows instead of quantizing x. */
+    void (*dequantize_q4_0)(float *y, const block_q4_0 *x, int K);
+    void (*dequantize_q8_0)(float *y, const block_q8_0 *x, int K);
+    void (*dequantize_q5_0)(float *y, const block_q5_0 *x, int K);
+    void (*dequantize_q4_k)(float *y, const block_q4_k *x, int K);
+    void (*dequantize_q6_k)(float *y, const block_q6_k *x, int K);
+    /* Decode of the f32-activation path: y[n] = dot(dequantized W[n], x), x float. */
+    void (*matvec_fx_q4_0)(float *y, const block_q4_0 *w, const float *x, int N, int K);
+    void (*matvec_fx_q8_0)(float *y, const block_q8_0 *w, const float *x, int N, int K);
+    void (*matvec_fx_q5_0)(float *y, const block_q5_0 *w, const float *x, int N, int K);
+    void (*matvec_fx_q4_k)(float *y, const block_q4_k *w, const float *x, int N, int K);
+    void (*matvec_fx_q6_k)(float *y, const block_q6_k *w, const float *x, int N, int K);
 
     /* y = x / rms(x) * (w_offset + w); w == NULL means no weight (v-norm). */
     void (*rmsnorm)(float *y, const float *x, const float *w, float w_offset, float eps, int n);
@@ -142,11 +155,13 @@ typedef struct rlxc_kernels {
 
 /* The table of an ISA whose kernels are named rlxc_<kernel>_<suffix>, with a suffix per group
  * so that a table can take a group from another ISA: f32 the f32 products, q the Q4_0 / Q8_0
- * products, wq the Q5_0 / Q4_K / Q6_K products, half the F16 / BF16 products, ops the norms,
+ * products, wq the Q5_0 / Q4_K / Q6_K products, half the F16 / BF16 products, dq the
+ * dequantizers of the block types (rlxc_dequantize_row_<type>_<dq>), fx their matvecs with
+ * float activations, ops the norms,
  * RoPE, attention and element-wise kernels. The activation quantizers are named in full (the
  * reference's have no suffix). Every table is spelled out here once, so a kernel added to the
  * struct above and here reaches every ISA, and one an ISA lacks fails its build. */
-#define RLXC_KERNEL_TABLE(name, f32, q, quantize_q8_0, wq, half, quantize_q8_k, ops)                            \
+#define RLXC_KERNEL_TABLE(name, f32, q, quantize_q8_0, wq, half, quantize_q8_k, dq, fx, ops)                    \
     {                                                                                                           \
         .isa = name, .matvec_f32 = rlxc_matvec_f32_##f32, .matmul_f32 = rlxc_matmul_f32_##f32,                  \
         .matvec_q4_0 = rlxc_matvec_q4_0_##q, .matmul_q4_0 = rlxc_matmul_q4_0_##q,                               \
@@ -158,6 +173,12 @@ typedef struct rlxc_kernels {
         .matvec_f16 = rlxc_matvec_f16_##half, .matmul_f16 = rlxc_matmul_f16_##half,                             \
         .matvec_bf16 = rlxc_matvec_bf16_##half, .matmul_bf16 = rlxc_matmul_bf16_##half,                         \
         .quantize_row_q8_k = quantize_q8_k,                                                                     \
+        .dequantize_q4_0 = rlxc_dequantize_row_q4_0_##dq, .dequantize_q8_0 = rlxc_dequantize_row_q8_0_##dq,     \
+        .dequantize_q5_0 = rlxc_dequantize_row_q5_0_##dq, .dequantize_q4_k = rlxc_dequantize_row_q4_k_##dq,     \
+        .dequantize_q6_k = rlxc_dequantize_row_q6_k_##dq,                                                       \
+        .matvec_fx_q4_0 = rlxc_matvec_fx_q4_0_##fx, .matvec_fx_q8_0 = rlxc_matvec_fx_q8_0_##fx,                 \
+        .matvec_fx_q5_0 = rlxc_matvec_fx_q5_0_##fx, .matvec_fx_q4_k = rlxc_matvec_fx_q4_k_##fx,                 \
+        .matvec_fx_q6_k = rlxc_matvec_fx_q6_k_##fx,                                                             \
         .rmsnorm = rlxc_rmsnorm_##ops, .layernorm = rlxc_layernorm_##ops, .rope = rlxc_rope_##ops,              \
         .attn_head = rlxc_attn_head_##ops, .silu = rlxc_silu_##ops, .gelu_tanh = rlxc_gelu_tanh_##ops,          \
         .mul = rlxc_mul_##ops, .add = rlxc_add_##ops, .scale = rlxc_scale_##ops, .softcap = rlxc_softcap_##ops, \
@@ -166,16 +187,16 @@ typedef struct rlxc_kernels {
 /* Scalar reference kernels: always present, the oracle for every other ISA. */
 extern const rlxc_kernels rlxc_kernels_scalar;
 
-/* Reference quantizers, bit-exact with the gguf package (and ggml's *_ref). */
+/* Reference quantizers and dequantizers, bit-exact with the gguf package (and ggml's *_ref). */
 void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K);
 void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K);
-void rlxc_dequantize_row_q4_0(float *y, const block_q4_0 *x, int K);
-void rlxc_dequantize_row_q8_0(float *y, const block_q8_0 *x, int K);
+void rlxc_dequantize_row_q4_0_scalar(float *y, const block_q4_0 *x, int K);
+void rlxc_dequantize_row_q8_0_scalar(float *y, const block_q8_0 *x, int K);
 /* The other GGUF types (kernels_wtypes.c): dequantizers bit-exact with gguf.quants.dequantize,
  * and ggml's reference Q8_K activation quantizer (quantize_row_q8_K_ref). */
-void rlxc_dequantize_row_q5_0(float *y, const block_q5_0 *x, int K);
-void rlxc_dequantize_row_q4_k(float *y, const block_q4_k *x, int K);
-void rlxc_dequantize_row_q6_k(float *y, const block_q6_k *x, int K);
+void rlxc_dequantize_row_q5_0_scalar(float *y, const block_q5_0 *x, int K);
+void rlxc_dequantize_row_q4_k_scalar(float *y, const block_q4_k *x, int K);
+void rlxc_dequantize_row_q6_k_scalar(float *y, const block_q6_k *x, int K);
 void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K);
 void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K);
 void rlxc_quantize_row_q8_k(block_q8_k *y, const float *x, int K);

@@ -36,7 +36,7 @@ void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q4_0(float *y, const block_q4_0 *x, int K) {
+void rlxc_dequantize_row_q4_0_scalar(float *y, const block_q4_0 *x, int K) {
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const float d = rlxc_fp16_to_f32(x[b].d);
         for (int j = 0; j < RLXC_QK / 2; j++) {
@@ -46,7 +46,7 @@ void rlxc_dequantize_row_q4_0(float *y, const block_q4_0 *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q8_0(float *y, const block_q8_0 *x, int K) {
+void rlxc_dequantize_row_q8_0_scalar(float *y, const block_q8_0 *x, int K) {
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const float d = rlxc_fp16_to_f32(x[b].d);
         for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)x[b].qs[j];
@@ -170,4 +170,4 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
 }
 
 const rlxc_kernels rlxc_kernels_scalar = RLXC_KERNEL_TABLE("scalar", scalar, scalar, rlxc_quantize_row_q8_0, scalar, scalar,
-                                                           rlxc_quantize_row_q8_k, scalar);
+                                                           rlxc_quantize_row_q8_k, scalar, scalar, scalar);

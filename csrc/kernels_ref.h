@@ -11,6 +11,12 @@ void rlxc_matvec_q4_0_scalar(float *y, const block_q4_0 *w, const block_q8_0 *xq
 void rlxc_matmul_q4_0_scalar(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q8_0_scalar(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q8_0_scalar(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+/* Block types x float activations (kernels_wtypes.c): dequantized chunks dotted in order. */
+void rlxc_matvec_fx_q4_0_scalar(float *y, const block_q4_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q8_0_scalar(float *y, const block_q8_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q5_0_scalar(float *y, const block_q5_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q4_k_scalar(float *y, const block_q4_k *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q6_k_scalar(float *y, const block_q6_k *w, const float *x, int N, int K);
 void rlxc_rmsnorm_scalar(float *y, const float *x, const float *w, float w_offset, float eps, int n);
 void rlxc_layernorm_scalar(float *y, const float *x, const float *w, const float *b, float eps, int n);
 void rlxc_rope_scalar(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);

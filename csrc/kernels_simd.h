@@ -59,4 +59,33 @@
 #define RLXC_DEFINE_MATVEC(name, matmul, wtype, xtype) \
     void name(float *y, const wtype *w, const xtype *xq, int N, int K) { matmul(y, N, w, xq, N, K, 1); }
 
+/* Matvec of a block type with float activations for ISAs without a fused kernel: each row is
+ * dequantized RLXC_FX_CHUNK weights at a time into an L1 buffer and dotted with the ISA's f32
+ * matvec (a multiple of every block size, so chunks hold whole blocks). */
+#define RLXC_FX_CHUNK 1024
+#define RLXC_DEFINE_MATVEC_FX(name, wtype, qk, dequantize, matvec_f32)               \
+    void name(float *y, const wtype *w, const float *x, int N, int K) {              \
+        float buf_[RLXC_FX_CHUNK];                                                   \
+        const int nb = K / (qk);                                                     \
+        for (int n = 0; n < N; n++) {                                                \
+            float s = 0.0f;                                                          \
+            for (int k0 = 0; k0 < K; k0 += RLXC_FX_CHUNK) {                          \
+                const int kc = K - k0 < RLXC_FX_CHUNK ? K - k0 : RLXC_FX_CHUNK;      \
+                float part;                                                          \
+                dequantize(buf_, w + (size_t)n * nb + k0 / (qk), kc);                \
+                matvec_f32(&part, buf_, x + k0, 1, kc);                              \
+                s += part;                                                           \
+            }                                                                        \
+            y[n] = s;                                                                \
+        }                                                                            \
+    }
+
+/* The five of an ISA, from its dequantizers (suffix dq) and f32 matvec (suffix f32). */
+#define RLXC_DEFINE_MATVECS_FX(sfx, dq, f32)                                                                        \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_0_##sfx, block_q4_0, RLXC_QK, rlxc_dequantize_row_q4_0_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q8_0_##sfx, block_q8_0, RLXC_QK, rlxc_dequantize_row_q8_0_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_0_##sfx, block_q5_0, RLXC_QK, rlxc_dequantize_row_q5_0_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_k_##sfx, block_q4_k, RLXC_QK_K, rlxc_dequantize_row_q4_k_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q6_k_##sfx, block_q6_k, RLXC_QK_K, rlxc_dequantize_row_q6_k_##dq, rlxc_matvec_f32_##f32)
+
 #endif

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include "kernels_ref.h"
+#include "kernels_simd.h"
 
 /* ---- unpacking to integer quants ---- */
 
@@ -41,7 +42,7 @@ static void unpack_q6_k(int8_t q[RLXC_QK_K], const block_q6_k *b) {
 
 /* ---- dequantization (bit-exact with the gguf package) ---- */
 
-void rlxc_dequantize_row_q5_0(float *y, const block_q5_0 *x, int K) {
+void rlxc_dequantize_row_q5_0_scalar(float *y, const block_q5_0 *x, int K) {
     int8_t q[RLXC_QK];
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const float d = rlxc_fp16_to_f32(x[b].d);
@@ -50,7 +51,7 @@ void rlxc_dequantize_row_q5_0(float *y, const block_q5_0 *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q4_k(float *y, const block_q4_k *x, int K) {
+void rlxc_dequantize_row_q4_k_scalar(float *y, const block_q4_k *x, int K) {
     uint8_t q[RLXC_QK_K], sm[16];
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_fp16_to_f32(x[b].d), dmin = rlxc_fp16_to_f32(x[b].dmin);
@@ -63,7 +64,7 @@ void rlxc_dequantize_row_q4_k(float *y, const block_q4_k *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q6_k(float *y, const block_q6_k *x, int K) {
+void rlxc_dequantize_row_q6_k_scalar(float *y, const block_q6_k *x, int K) {
     int8_t q[RLXC_QK_K];
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_fp16_to_f32(x[b].d);
@@ -188,3 +189,5 @@ RLXC_DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(f16, rlxc_fp16, float, 1)
 RLXC_DEFINE_SCALAR_MAT(bf16, rlxc_bf16, float, 1)
+
+RLXC_DEFINE_MATVECS_FX(scalar, scalar, scalar)

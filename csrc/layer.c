@@ -188,11 +188,11 @@ void rlxc_dequantize_row(rlxc_wtype t, float *y, const void *x, int K) {
     case RLXC_F32: memcpy(y, x, (size_t)K * sizeof(float)); break;
     case RLXC_F16: rlxc_dequantize_row_f16(y, x, K); break;
     case RLXC_BF16: rlxc_dequantize_row_bf16(y, x, K); break;
-    case RLXC_Q4_0: rlxc_dequantize_row_q4_0(y, x, K); break;
-    case RLXC_Q5_0: rlxc_dequantize_row_q5_0(y, x, K); break;
-    case RLXC_Q8_0: rlxc_dequantize_row_q8_0(y, x, K); break;
-    case RLXC_Q4_K: rlxc_dequantize_row_q4_k(y, x, K); break;
-    case RLXC_Q6_K: rlxc_dequantize_row_q6_k(y, x, K); break;
+    case RLXC_Q4_0: rlxc_dequantize_row_q4_0_scalar(y, x, K); break;
+    case RLXC_Q5_0: rlxc_dequantize_row_q5_0_scalar(y, x, K); break;
+    case RLXC_Q8_0: rlxc_dequantize_row_q8_0_scalar(y, x, K); break;
+    case RLXC_Q4_K: rlxc_dequantize_row_q4_k_scalar(y, x, K); break;
+    case RLXC_Q6_K: rlxc_dequantize_row_q6_k_scalar(y, x, K); break;
     }
 }
 

@@ -21,11 +21,12 @@ typedef struct {
 struct rlxc_pipeline {
     rlxc_layer **layers;
     int n_layers, max_seq, n_threads, n_past;
+    rlxc_act act;
     kv_cache *kv;
 
     /* Scratch, grown only when a call needs more (more tokens, wider layers, more threads):
      * decode after a prefill of the same model never allocates. */
-    size_t cap_floats, cap_xq; /* cap_xq in bytes: quantized activations (rlxc_linear) */
+    size_t cap_floats, cap_xq; /* cap_xq in bytes: rlxc_linear's scratch */
     float *xa, *q, *k, *v, *att, *o, *f1, *f2, *cs;
     void *xq;
     float *scores; /* n_threads * max_seq */
@@ -119,6 +120,8 @@ int rlxc_pipeline_max_seq(const rlxc_pipeline *p) { return p->max_seq; }
 int rlxc_pipeline_hidden_size(const rlxc_pipeline *p) { return p->layers[0]->hidden_size; }
 int rlxc_pipeline_threads(const rlxc_pipeline *p) { return p->n_threads; }
 void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n) { p->n_threads = n > 0 ? n : rlxc_threads_default(); }
+void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act) { p->act = act; }
+rlxc_act rlxc_pipeline_act(const rlxc_pipeline *p) { return p->act; }
 
 int rlxc_pipeline_ple_stride(const rlxc_pipeline *p) {
     int s = 0;
@@ -156,7 +159,8 @@ static int validate(const rlxc_pipeline *p, char *err) {
 
 /* Grow scratch to hold T tokens of the largest layer. */
 static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
-    size_t per_tok = 0, xq_bytes = 0;
+    size_t per_tok = 0;
+    int max_in = 0;
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
         const size_t H = l->hidden_size, Q = (size_t)l->num_q_heads * l->head_dim;
@@ -167,9 +171,9 @@ static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
         if (n > per_tok) per_tok = n;
         size_t in = H > Q ? H : Q;
         in = in > F ? in : F;
-        if (rlxc_linear_scratch_bytes((int)in) > xq_bytes) xq_bytes = rlxc_linear_scratch_bytes((int)in);
+        if ((int)in > max_in) max_in = (int)in;
     }
-    const size_t need = per_tok * (size_t)T, need_xq = xq_bytes * (size_t)T;
+    const size_t need = per_tok * (size_t)T, need_xq = rlxc_linear_scratch_bytes(max_in, T, p->n_threads);
     if (need > p->cap_floats || need_xq > p->cap_xq) {
         free(p->xa);
         free(p->xq);
@@ -208,7 +212,7 @@ static void layout_scratch(rlxc_pipeline *p, const rlxc_layer *l, int T) {
 }
 
 static void linear(rlxc_pipeline *p, float *y, const rlxc_weight *w, const float *x, int T, const rlxc_weight *bias) {
-    rlxc_linear(y, w, x, T, p->n_threads, p->xq);
+    rlxc_linear(y, w, x, T, p->n_threads, p->xq, p->act);
     if (bias && bias->data)
         for (int t = 0; t < T; t++) rlxc_kernels_active()->add(y + (size_t)t * w->rows, bias->data, w->rows);
 }

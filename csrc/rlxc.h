@@ -126,13 +126,18 @@ int rlxc_layer_check_fields(const rlxc_layer *l, char *err);
 /* Fields plus weight presence and shapes; 0 if the layer can run. */
 int rlxc_layer_check(const rlxc_layer *l, char *err);
 
-/* y[T][w->rows] = x[T][w->cols] W^T with rows split over n_threads. Quantized weights take
- * x quantized once per call into xq_scratch: Q8_0 blocks for q4_0 / q5_0 / q8_0, Q8_K blocks
- * for q4_k / q6_k; it holds T * rlxc_linear_scratch_bytes(cols) bytes (unused for f32 / f16 /
- * bf16). */
-void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *xq_scratch);
-/* Bytes of xq_scratch one token of `cols` inputs needs, for any weight type. */
-size_t rlxc_linear_scratch_bytes(int cols);
+/* How rlxc_linear multiplies block-quantized weights. RLXC_ACT_Q8 rounds the activations to
+ * 8-bit blocks (Q8_0 for q4_0 / q5_0 / q8_0, Q8_K for q4_k / q6_k) for integer dots: llama.cpp's
+ * numerics, and the fastest. RLXC_ACT_F32 dequantizes 48 weight rows at a time and multiplies
+ * them with the f32 activations: transformers' numerics on the dequantized weights. f32 / f16 /
+ * bf16 weights always take f32 activations. */
+typedef enum { RLXC_ACT_Q8 = 0, RLXC_ACT_F32 = 1 } rlxc_act;
+
+/* y[T][w->rows] = x[T][w->cols] W^T with rows split over n_threads. scratch holds
+ * rlxc_linear_scratch_bytes(cols, T, n_threads) bytes: x quantized once per call (RLXC_ACT_Q8),
+ * or each thread's dequantized rows (RLXC_ACT_F32). */
+void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *scratch, rlxc_act act);
+size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads);
 /* Inverse frequencies of the layer's rotary_dim/2 pairs (base, layout, freq factors). */
 void rlxc_rope_inv_freq(const rlxc_layer *l, float *inv);
 /* cos and sin (times rope_attn_factor) of each pair at pos, from rlxc_rope_inv_freq's output. */
@@ -158,6 +163,8 @@ int rlxc_pipeline_hidden_size(const rlxc_pipeline *p);
 int rlxc_pipeline_ple_stride(const rlxc_pipeline *p); /* sum of ple_dim over layers */
 void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n_threads);
 int rlxc_pipeline_threads(const rlxc_pipeline *p);
+void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act); /* RLXC_ACT_Q8 at creation */
+rlxc_act rlxc_pipeline_act(const rlxc_pipeline *p);
 
 /* Run T tokens at positions n_past .. n_past+T-1 and append them to the cache.
  * x, out: [T][hidden] (may alias). ple: [T][ple_stride] or NULL when no layer has ple_dim.

@@ -124,7 +124,7 @@ void rlxc_add_avx2(float *y, const float *a, int n);
 void rlxc_scale_avx2(float *y, float s, int n);
 void rlxc_softcap_avx2(float *y, float cap, int n);
 
-/* The other GGUF weight types (wtypes.c). */
+/* The other GGUF weight types, and the dequantizers of every block type (wtypes.c). */
 void rlxc_matvec_q5_0_avx2(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q5_0_avx2(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q4_k_avx2(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
@@ -136,5 +136,16 @@ void rlxc_matmul_f16_avx2(float *y, int ldy, const rlxc_fp16 *w, const float *x,
 void rlxc_matvec_bf16_avx2(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
 void rlxc_matmul_bf16_avx2(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
 void rlxc_quantize_row_q8_k_avx2(block_q8_k *y, const float *x, int K);
+/* Block types x float activations: AVX2 dequantizers and f32 dots, chunk by chunk. */
+void rlxc_matvec_fx_q4_0_avx2(float *y, const block_q4_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q8_0_avx2(float *y, const block_q8_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q5_0_avx2(float *y, const block_q5_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q4_k_avx2(float *y, const block_q4_k *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q6_k_avx2(float *y, const block_q6_k *w, const float *x, int N, int K);
+void rlxc_dequantize_row_q4_0_avx2(float *y, const block_q4_0 *x, int K);
+void rlxc_dequantize_row_q8_0_avx2(float *y, const block_q8_0 *x, int K);
+void rlxc_dequantize_row_q5_0_avx2(float *y, const block_q5_0 *x, int K);
+void rlxc_dequantize_row_q4_k_avx2(float *y, const block_q4_k *x, int K);
+void rlxc_dequantize_row_q6_k_avx2(float *y, const block_q6_k *x, int K);
 
 #endif

@@ -1,8 +1,8 @@
 /* AVX2 kernels of the GGUF weight types beyond Q4_0/Q8_0 (scalar twins in
- * csrc/kernels_wtypes.c): Q5_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K integer dots, and F16 /
- * BF16 x float. The integer dots multiply unsigned weight quants by signed activations with
- * maddubs and correct for the unsigned offset afterwards, once per token where possible:
- * Q5_0 subtracts 16 * sum(x) per block, Q6_K 32 * sum_j sc[j] * sum(x over sub-block j) per
+ * csrc/kernels_wtypes.c): Q5_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
+ * float, and the dequantizers of every block type. The integer dots multiply unsigned weight
+ * quants by signed activations with maddubs and correct for the unsigned offset afterwards,
+ * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K 32 * sum_j sc[j] * sum(x over sub-block j) per
  * super-block from Q8_K's sums of 16 (bsums), and Q4_K's mins use the same sums. Matvec tiles
  * prefetch the next tile's rows as quant.c explains. */
 #include <string.h>
@@ -238,3 +238,67 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2, block_q4_k, blo
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k)
 RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2, rlxc_fp16, float)
 RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2, rlxc_bf16, float)
+
+/* ---- dequantization (the f32-activation path), bit-exact with the scalar twins ---- */
+
+/* y[0..32) = d * (q - offset) - m for 32 unsigned quants in element order, d_lo for the first
+ * 16 and d_hi for the rest (Q6_K's sub-blocks of 16), m = 0 but for Q4_K's mins: the product
+ * rounded, then the difference, as in the scalar twins (x - 0 is exact). */
+RLXC_INLINE void store_scaled32(float *y, __m256i q, int offset, __m256 d_lo, __m256 d_hi, __m256 m) {
+    const __m128i half[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    RLXC_UNROLL for (int j = 0; j < 4; j++) {
+        const __m128i bytes = j & 1 ? _mm_srli_si128(half[j / 2], 8) : half[j / 2];
+        const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(offset));
+        __m256 p = _mm256_mul_ps(j < 2 ? d_lo : d_hi, _mm256_cvtepi32_ps(v));
+        RLXC_NO_CONTRACT(p);
+        _mm256_storeu_ps(y + 8 * j, _mm256_sub_ps(p, m));
+    }
+}
+
+void rlxc_dequantize_row_q4_0_avx2(float *y, const block_q4_0 *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
+        store_scaled32(y, rlxc_q4_nibbles256(x[b].qs), 8, d, d, _mm256_setzero_ps());
+    }
+}
+
+void rlxc_dequantize_row_q8_0_avx2(float *y, const block_q8_0 *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
+        /* flipping the sign bit makes the int8 quants unsigned, offset 128 */
+        const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_set1_epi8((char)0x80));
+        store_scaled32(y, q, 128, d, d, _mm256_setzero_ps());
+    }
+}
+
+void rlxc_dequantize_row_q5_0_avx2(float *y, const block_q5_0 *x, int K) {
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
+        store_scaled32(y, q5_0_quants(&x[b]), 16, d, d, _mm256_setzero_ps());
+    }
+}
+
+void rlxc_dequantize_row_q4_k_avx2(float *y, const block_q4_k *x, int K) {
+    uint8_t sm[16];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_h2f(x[b].d), dmin = rlxc_h2f(x[b].dmin);
+        rlxc_q4_k_scales(sm, x[b].scales);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * (j / 2)));
+            const __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(qs, 4) : qs, _mm256_set1_epi8(0x0F));
+            const __m256 dj = _mm256_set1_ps(d * (float)sm[j]), mj = _mm256_set1_ps(dmin * (float)sm[8 + j]);
+            store_scaled32(y, q, 0, dj, dj, mj);
+        }
+    }
+}
+
+void rlxc_dequantize_row_q6_k_avx2(float *y, const block_q6_k *x, int K) {
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_h2f(x[b].d);
+        for (int v = 0; v < 8; v++, y += 32)
+            store_scaled32(y, q6_k_quants(&x[b], v), 32, _mm256_set1_ps(d * (float)x[b].scales[2 * v]),
+                           _mm256_set1_ps(d * (float)x[b].scales[2 * v + 1]), _mm256_setzero_ps());
+    }
+}
+
+RLXC_DEFINE_MATVECS_FX(avx2, avx2, avx2)

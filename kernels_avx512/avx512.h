@@ -5,6 +5,9 @@
 
 #include "../kernels_avx2/avx2.h"
 
+/* f32 GEMM on transposed 16-row panels (f32.c). */
+void rlxc_matvec_f32_avx512(float *y, const float *w, const float *x, int N, int K);
+void rlxc_matmul_f32_avx512(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
 void rlxc_matvec_q4_0_avx512(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q4_0_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q8_0_avx512(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
@@ -20,5 +23,12 @@ void rlxc_matvec_q4_k_avx512(float *y, const block_q4_k *w, const block_q8_k *xq
 void rlxc_matmul_q4_k_avx512(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
 void rlxc_matvec_q6_k_avx512(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
 void rlxc_matmul_q6_k_avx512(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
+
+/* Block types x float activations, fused: quants widened to float in registers (wtypes.c). */
+void rlxc_matvec_fx_q4_0_avx512(float *y, const block_q4_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q8_0_avx512(float *y, const block_q8_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q5_0_avx512(float *y, const block_q5_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q4_k_avx512(float *y, const block_q4_k *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q6_k_avx512(float *y, const block_q6_k *w, const float *x, int N, int K);
 
 #endif

@@ -1,6 +1,7 @@
 /* NEON f32 matvec and GEMM: dot products of weight rows with activation rows, both
  * contiguous in K. */
 #include "neon.h"
+#include "../csrc/kernels_ref.h"
 
 /* R x C register tile: every weight vector loaded serves C tokens, every activation vector
  * R rows. The K % 4 tail goes through a scalar loop after the lane sums. */
@@ -47,3 +48,5 @@ void rlxc_matmul_f32_neon(float *y, int ldy, const float *w, const float *x, int
 }
 
 RLXC_DEFINE_MATVEC(rlxc_matvec_f32_neon, rlxc_matmul_f32_neon, float, float)
+
+RLXC_DEFINE_MATVECS_FX(neon, scalar, neon)

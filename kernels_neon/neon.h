@@ -41,6 +41,12 @@ RLXC_INLINE void rlxc_neon_prefetch(const void *p, const size_t n) {
 }
 
 /* Kernels shared by both tables (plain ARMv8.0 NEON). */
+/* Block types x float activations: scalar dequantizers, NEON f32 dots (f32.c). */
+void rlxc_matvec_fx_q4_0_neon(float *y, const block_q4_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q8_0_neon(float *y, const block_q8_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q5_0_neon(float *y, const block_q5_0 *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q4_k_neon(float *y, const block_q4_k *w, const float *x, int N, int K);
+void rlxc_matvec_fx_q6_k_neon(float *y, const block_q6_k *w, const float *x, int N, int K);
 void rlxc_matvec_f32_neon(float *y, const float *w, const float *x, int N, int K);
 void rlxc_matmul_f32_neon(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
 void rlxc_quantize_row_q8_0_neon(block_q8_0 *y, const float *x, int K);

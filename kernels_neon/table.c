@@ -17,7 +17,7 @@
 /* The two tables differ only in their quantized products; the other weight types have no NEON
  * versions yet. */
 #define NEON_TABLE(q) \
-    RLXC_KERNEL_TABLE("neon", neon, q, rlxc_quantize_row_q8_0_neon, scalar, scalar, rlxc_quantize_row_q8_k, neon)
+    RLXC_KERNEL_TABLE("neon", neon, q, rlxc_quantize_row_q8_0_neon, scalar, scalar, rlxc_quantize_row_q8_k, scalar, neon, neon)
 
 static const rlxc_kernels plain = NEON_TABLE(neon);
 static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod);

@@ -261,6 +261,27 @@ def test_quantized(arch, wtype, isa):
     assert float(rows.max()) <= QREF_BOUND
 
 
+@pytest.mark.parametrize("wtype", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_quantized_f32_activations_match_hf_on_dequantized_weights(arch, wtype, isa):
+    """activations="f32": the quantized weights are dequantized row by row and meet float32
+    activations, so rlxc is HF on the dequantized weights up to float rounding: F32_TOL for a
+    forward (the f32 GEMM) and for prefill + single-token decode (the fused matvecs)."""
+    hf = build(arch, seed=2, std=0.07, tie_word_embeddings=True)
+    model = from_hf(hf, weights=wtype, activations="f32")
+    assert model.activations == "f32" and model.pipeline.activations == "f32"
+    ids = token_ids(T, seed=3)
+    ref = hf_logits(dequantized_hf(hf, wtype), ids)
+    assert rel_err(model.forward(ids), ref) <= F32_TOL
+    model.reset()
+    half = T // 2
+    got = [model.prefill(ids[:half])] + [model.decode(int(i))[None] for i in ids[half:]]
+    assert rel_err(np.concatenate(got), ref) <= F32_TOL
+    model.activations = "q8"  # switching back reaches the pipeline: 8-bit rounding shows again
+    assert model.pipeline.activations == "q8"
+    assert rel_err(model.forward(ids), ref) > 10 * F32_TOL
+
+
 # ----------------------------------------------------------------------------- (c) Gemma 4
 
 def test_gemma4_variant_fields(models):

@@ -166,11 +166,11 @@ static void random_weights(int kind, void *w, size_t n_blocks) {
 static void dequantize_row(int kind, float *y, const void *w, int K) {
     switch (kind) {
     case W_F32: memcpy(y, w, (size_t)K * sizeof(float)); break;
-    case W_Q4_0: rlxc_dequantize_row_q4_0(y, w, K); break;
-    case W_Q8_0: rlxc_dequantize_row_q8_0(y, w, K); break;
-    case W_Q5_0: rlxc_dequantize_row_q5_0(y, w, K); break;
-    case W_Q4_K: rlxc_dequantize_row_q4_k(y, w, K); break;
-    case W_Q6_K: rlxc_dequantize_row_q6_k(y, w, K); break;
+    case W_Q4_0: rlxc_dequantize_row_q4_0_scalar(y, w, K); break;
+    case W_Q8_0: rlxc_dequantize_row_q8_0_scalar(y, w, K); break;
+    case W_Q5_0: rlxc_dequantize_row_q5_0_scalar(y, w, K); break;
+    case W_Q4_K: rlxc_dequantize_row_q4_k_scalar(y, w, K); break;
+    case W_Q6_K: rlxc_dequantize_row_q6_k_scalar(y, w, K); break;
     case W_F16: rlxc_dequantize_row_f16(y, w, K); break;
     case W_BF16: rlxc_dequantize_row_bf16(y, w, K); break;
     }
@@ -213,7 +213,7 @@ static void *random_activations(int act, float *xd, int T, int K) {
     if (act == ACT_Q8_0) {
         block_q8_0 *b = q = xmalloc((size_t)T * K / RLXC_QK * sizeof(block_q8_0));
         rlxc_quantize_row_q8_0(b, x, T * K);
-        rlxc_dequantize_row_q8_0(xd, b, T * K);
+        rlxc_dequantize_row_q8_0_scalar(xd, b, T * K);
     } else {
         block_q8_k *b = q = xmalloc((size_t)T * K / RLXC_QK_K * sizeof(block_q8_k));
         rlxc_quantize_row_q8_k(b, x, T * K);
@@ -296,6 +296,71 @@ static void test_mat(result *out, const rlxc_kernels *k) {
                 for (int c = 0; c < LEN(Ts); c++) mat_case(rv, rm, k, kind, Ns[a], Ks[b] * qk, Ts[c]);
         mat_case(rv, rm, k, kind, 130, 4096, 1); /* decode-sized rows */
     }
+}
+
+/* ---- dequantization (the f32-activation path): bit-identical ---- */
+
+static void test_dequantize(result *r, const rlxc_kernels *k) {
+    r->name = "dequantize_*";
+    for (int kind = W_Q4_0; kind <= W_Q6_K; kind++)
+        for (int nb = 1; nb <= 9; nb++) {
+            const int K = nb * wkinds[kind].qk;
+            void *w = xmalloc((size_t)nb * wkinds[kind].bytes);
+            float *got = guarded(K), *ref = xmalloc((size_t)K * sizeof(float));
+            random_weights(kind, w, (size_t)nb);
+            dequantize_row(kind, ref, w, K);
+            switch (kind) {
+            case W_Q4_0: k->dequantize_q4_0(got, w, K); break;
+            case W_Q8_0: k->dequantize_q8_0(got, w, K); break;
+            case W_Q5_0: k->dequantize_q5_0(got, w, K); break;
+            case W_Q4_K: k->dequantize_q4_k(got, w, K); break;
+            case W_Q6_K: k->dequantize_q6_k(got, w, K); break;
+            }
+            r->cases++;
+            if (memcmp(got, ref, (size_t)K * sizeof(float))) {
+                fail(r, "%s K %d: not bit-identical", wkinds[kind].matvec + 7, K);
+                r->max_err = INFINITY;
+            }
+            check_guards(r, got, K, kind, K, 0);
+            free(w), free(ref), free_guarded(got);
+        }
+}
+
+/* Block types x float activations (decode of the f32-activation path) against the scalar
+ * twins, within TOL of the sum of |w x| terms. */
+static void test_matvec_fx(result *r, const rlxc_kernels *k) {
+    static const int Ns[] = {1, 2, 3, 5, 16, 17};
+    r->name = "matvec_fx_*";
+    for (int kind = W_Q4_0; kind <= W_Q6_K; kind++)
+        for (int a = 0; a < LEN(Ns); a++)
+            for (int nb = 1; nb <= (wkinds[kind].qk == RLXC_QK ? 70 : 9); nb += 3) {
+                const int N = Ns[a], K = nb * wkinds[kind].qk;
+                const size_t row_bytes = (size_t)nb * wkinds[kind].bytes;
+                uint8_t *w = xmalloc((size_t)N * row_bytes);
+                float *x = xmalloc((size_t)K * sizeof(float)), *wabs = xmalloc((size_t)K * sizeof(float));
+                float *ref = guarded(N), *got = guarded(N), *scale = xmalloc((size_t)N * sizeof(float));
+                random_weights(kind, w, (size_t)N * nb);
+                fill(x, K, -3.0f, 3.0f);
+                for (int n = 0; n < N; n++) {
+                    weight_terms(kind, wabs, w + n * row_bytes, K);
+                    double s = 0.0;
+                    for (int j = 0; j < K; j++) s += (double)wabs[j] * fabsf(x[j]);
+                    scale[n] = (float)s;
+                }
+#define FX(t) rlxc_kernels_scalar.matvec_fx_##t(ref, (const void *)w, x, N, K), k->matvec_fx_##t(got, (const void *)w, x, N, K)
+                switch (kind) {
+                case W_Q4_0: FX(q4_0); break;
+                case W_Q8_0: FX(q8_0); break;
+                case W_Q5_0: FX(q5_0); break;
+                case W_Q4_K: FX(q4_k); break;
+                case W_Q6_K: FX(q6_k); break;
+                }
+#undef FX
+                r->cases++;
+                compare(r, got, ref, scale, N, kind, N, K);
+                check_guards(r, got, N, kind, N, K);
+                free(w), free(x), free(wabs), free(scale), free_guarded(ref), free_guarded(got);
+            }
 }
 
 /* ---- activation quantization: bit-identical ---- */
@@ -544,7 +609,7 @@ static void test_elementwise(result *out, const rlxc_kernels *k) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 12)
+#define N_RESULTS (2 * N_WKINDS + 14)
 
 static int run_isa(const char *isa) {
     char err[256];
@@ -559,6 +624,8 @@ static int run_isa(const char *isa) {
     test_mat(r, k), r += 2 * N_WKINDS;
     test_quantize(r++, k);
     test_quantize_k(r++, k);
+    test_dequantize(r++, k);
+    test_matvec_fx(r++, k);
     test_norms(r, k), r += 2;
     test_rope(r++, k);
     test_attention(r++, k);

@@ -51,6 +51,8 @@ int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out);
 int check_aligned(PyArrayObject *a, rlxc_wtype t, const char *name);
 /* A weight type's name ("f32", "q4_k", ... as rlxc_wtype_name) -> rlxc_wtype; -1 with ValueError otherwise. */
 int wtype_arg(const char *s, const char *name);
+/* "q8" / "f32" (Python str) -> rlxc_act; -1 with a TypeError / ValueError naming `name` otherwise. */
+int act_arg(PyObject *obj, const char *name, rlxc_act *out);
 /* Python str -> its UTF-8 text (owned by obj); NULL with a TypeError / ValueError naming `name`
  * for other types, text that is not valid Unicode and embedded NUL characters. */
 const char *str_arg(PyObject *obj, const char *name);

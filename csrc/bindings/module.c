@@ -128,6 +128,19 @@ int wtype_arg(const char *s, const char *name) {
     return t;
 }
 
+int act_arg(PyObject *obj, const char *name, rlxc_act *out) {
+    const char *s = str_arg(obj, name);
+    if (!s) return -1;
+    if (!strcmp(s, "q8")) *out = RLXC_ACT_Q8;
+    else if (!strcmp(s, "f32")) *out = RLXC_ACT_F32;
+    else {
+        PyErr_Format(PyExc_ValueError, "%s must be 'q8' (activations rounded to 8 bits for integer dots) or 'f32' "
+                     "(weights dequantized, activations kept in float32), got '%s'", name, s);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *cpu_info(PyObject *self, PyObject *noargs) {
     const char *compiled[] = {"scalar", "avx2", "avx512", "neon"};
     PyObject *avail = PyList_New(0);

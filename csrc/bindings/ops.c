@@ -150,11 +150,13 @@ static PyObject *op_dequantize(PyObject *m, PyObject *args, PyObject *kw) {
 /* ---- matmul ---- */
 
 static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"x", "w", "wtype", "threads", NULL};
-    PyObject *xo, *wo, *tho = Py_None, *wto = NULL;
+    static char *kwlist[] = {"x", "w", "wtype", "threads", "activations", NULL};
+    PyObject *xo, *wo, *tho = Py_None, *wto = NULL, *acto = NULL;
     const char *wts = "f32";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:matmul", kwlist, &xo, &wo, &wto, &tho)) return NULL;
+    rlxc_act act = RLXC_ACT_Q8;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOO:matmul", kwlist, &xo, &wo, &wto, &tho, &acto)) return NULL;
     if (wto && !(wts = str_arg(wto, "wtype"))) return NULL;
+    if (acto && act_arg(acto, "activations", &act)) return NULL;
     const int wt = wtype_arg(wts, "wtype");
     int threads = 1;
     if (wt < 0 || (tho != Py_None && int_arg(tho, "threads", 1, 1024, &threads))) return NULL;
@@ -188,7 +190,7 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
     }
     npy_intp dims[2] = {T, w.rows};
     PyArrayObject *out = PyArray_NDIM(x) == 2 ? new_array(2, dims, NPY_FLOAT32) : new_array(1, dims + 1, NPY_FLOAT32);
-    const size_t xq_bytes = (size_t)T * rlxc_linear_scratch_bytes((int)K);
+    const size_t xq_bytes = rlxc_linear_scratch_bytes((int)K, (int)T, threads);
     void *xq = xq_bytes ? malloc(xq_bytes) : NULL;
     if (!out || (xq_bytes && !xq)) {
         free(xq);
@@ -196,7 +198,7 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
         return PyErr_NoMemory();
     }
     Py_BEGIN_ALLOW_THREADS
-    rlxc_linear(PyArray_DATA(out), &w, PyArray_DATA(x), (int)T, threads, xq);
+    rlxc_linear(PyArray_DATA(out), &w, PyArray_DATA(x), (int)T, threads, xq, act);
     Py_END_ALLOW_THREADS
     free(xq);
     return (PyObject *)out;
@@ -391,9 +393,10 @@ PyMethodDef rlxc_ops_methods[] = {
      "dequantize(b: uint8[..., row_bytes], wtype, cols) -> float32[..., cols]: rows of any weight type (GGUF bytes), "
      "bit-exact with gguf.quants.dequantize."},
     {"matmul", KW(op_matmul),
-     "matmul(x: float32[T, K] or [K], w, wtype='f32', threads=None) -> x @ W.T. w is float32 [N, K] or the GGUF "
-     "bytes uint8[N, row_bytes] of an f16 / bf16 / q4_0 / q5_0 / q8_0 / q4_k / q6_k matrix. Integer-dot types quantize "
-     "x once: to Q8_0 per 32 for q4_0 / q5_0 / q8_0, to Q8_K per 256 for q4_k / q6_k."},
+     "matmul(x: float32[T, K] or [K], w, wtype='f32', threads=None, activations='q8') -> x @ W.T. w is float32 "
+     "[N, K] or the GGUF bytes uint8[N, row_bytes] of an f16 / bf16 / q4_0 / q5_0 / q8_0 / q4_k / q6_k matrix. With "
+     "activations='q8' the block types quantize x once for integer dots: to Q8_0 per 32 for q4_0 / q5_0 / q8_0, to "
+     "Q8_K per 256 for q4_k / q6_k; with 'f32' they dequantize 48 rows of W at a time and keep x in float32."},
     {"rmsnorm", KW(op_rmsnorm), "rmsnorm(x, w=None, eps=1e-6, offset=0.0): x / rms(x) * (offset + w) over the last axis."},
     {"layernorm", KW(op_layernorm), "layernorm(x, w, b=None, eps=1e-5) over the last axis."},
     {"rope", KW(op_rope),

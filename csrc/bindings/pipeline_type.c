@@ -277,6 +277,24 @@ static int Pipeline_set_threads(PyObject *o, PyObject *v, void *c) {
     return 0;
 }
 
+static PyObject *Pipeline_activations(PyObject *o, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!ready(self)) return NULL;
+    return PyUnicode_FromString(rlxc_pipeline_act(self->p) == RLXC_ACT_F32 ? "f32" : "q8");
+}
+
+static int Pipeline_set_activations(PyObject *o, PyObject *v, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    rlxc_act act;
+    if (!ready(self)) return -1;
+    if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete activations"); return -1; }
+    if (act_arg(v, "activations", &act)) return -1;
+    enter(self);
+    rlxc_pipeline_set_act(self->p, act);
+    leave(self);
+    return 0;
+}
+
 static PyObject *Pipeline_layers(PyObject *o, void *c) {
     PipelineObject *self = (PipelineObject *)o;
     if (!ready(self)) return NULL;
@@ -300,6 +318,10 @@ static PyGetSetDef Pipeline_getset[] = {
     {"hidden_size", Pipeline_hidden_size, NULL, "Width of the residual stream.", NULL},
     {"ple_stride", Pipeline_ple_stride, NULL, "Per-layer-input floats per token (sum of ple_dim).", NULL},
     {"threads", Pipeline_threads, Pipeline_set_threads, "OpenMP threads used by each call.", NULL},
+    {"activations", Pipeline_activations, Pipeline_set_activations,
+     "How block-quantized weights meet the activations: 'q8' rounds them to 8-bit blocks for integer dots "
+     "(llama.cpp's numerics, fastest; the default), 'f32' dequantizes weight rows and keeps float32 activations "
+     "(transformers' numerics on the dequantized weights).", NULL},
     {"layers", Pipeline_layers, NULL, "The layers, in order (the same objects: edits apply to the next call).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

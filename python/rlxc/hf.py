@@ -511,12 +511,13 @@ def model_parts(model: Any) -> dict[str, Any]:
 
 
 def from_hf(model: Any, weights: str = "f32", threads: int | None = None,
-            max_seq: int | None = None) -> "Model":
+            max_seq: int | None = None, activations: str = "q8") -> "Model":
     """Build an :class:`rlxc.Model` from a transformers ``...ForCausalLM``.
 
     ``weights``: "f32", "q4_0" or "q8_0" (matrices with in-dim % 32 == 0 and the lm_head are
     quantized; everything else stays float32). ``max_seq``: KV-cache length (default
-    ``min(config.max_position_embeddings, 4096)``). Raises NotImplementedError for unsupported
+    ``min(config.max_position_embeddings, 4096)``). ``activations``: "q8" or "f32", how the
+    quantized matrices meet the activations (:attr:`rlxc.Model.activations`). Raises NotImplementedError for unsupported
     model types or config features, before building anything.
     """
     from .model import Model
@@ -535,4 +536,4 @@ def from_hf(model: Any, weights: str = "f32", threads: int | None = None,
         f.update(layer_model_fields(model, i))
         layer_specs.append((f, layer_weights(model, i)))
     return Model.from_parts(layer_specs, parts, weights=weights, threads=threads, max_seq=max_seq,
-                            name=f"{type(model).__name__} ({parts['model_type']})")
+                            activations=activations, name=f"{type(model).__name__} ({parts['model_type']})")

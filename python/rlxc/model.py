@@ -107,7 +107,7 @@ class Model:
                  norm_weight: np.ndarray | None = None, norm_bias: np.ndarray | None = None,
                  norm_eps: float = 1e-6, norm_offset: float = 0.0, final_softcap: float = 0.0,
                  ple: Mapping[str, Any] | None = None, max_seq: int = 2048,
-                 threads: int | None = None, name: str = "rlxc.Model",
+                 threads: int | None = None, activations: str = "q8", name: str = "rlxc.Model",
                  layer_wtypes: Sequence[Mapping[str, str]] | None = None, arch: str | None = None,
                  tokenizer: Any = None, metadata: Mapping[str, Any] | None = None) -> None:
         """
@@ -124,6 +124,8 @@ class Model:
             final_softcap: ``cap * tanh(logits / cap)`` when > 0.
             ple: Gemma 4 per-layer-embedding tables (see :func:`rlxc.hf.model_parts`) or None.
             max_seq: KV-cache length. threads: engine threads (None = engine default).
+            activations: how block-quantized weights (q4_0, q5_0, q8_0, q4_k, q6_k) meet the
+                activations, see :attr:`activations`.
             name: shown by repr. layer_wtypes: per layer, slot -> format (for display only).
             arch: the GGUF architecture name (used by :func:`rlxc.save`), e.g. "llama", "gemma3".
             tokenizer: an :class:`rlxc.tokenizer.Tokenizer` (or None). metadata: loader facts
@@ -178,12 +180,33 @@ class Model:
         self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
         self._pipe = None
         self._pipe_layers: tuple = ()
+        self.activations = activations
+
+    @property
+    def activations(self) -> str:
+        """How block-quantized weights meet the activations, in every layer and the lm_head.
+
+        ``"q8"`` (default): activations are rounded to 8-bit blocks (Q8_0 per 32, Q8_K per 256)
+        and multiplied in integers, as llama.cpp does: fastest, logits within ~1e-2 of the
+        float computation. ``"f32"``: weight rows are dequantized 48 at a time and multiplied
+        with float32 activations, as transformers does on the dequantized weights (~1e-6).
+        Float weights (f32, f16, bf16) always take float32 activations. Settable any time.
+        """
+        return self._activations
+
+    @activations.setter
+    def activations(self, value: str) -> None:
+        if value not in ("q8", "f32"):
+            raise ValueError(f"activations must be 'q8' or 'f32', got {value!r}")
+        self._activations = value
+        if self._pipe is not None:
+            self._pipe.activations = value
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_parts(cls, layer_specs: Iterable[tuple[Mapping[str, Any], Mapping[str, np.ndarray]]],
                    parts: Mapping[str, Any], weights: str = "f32", threads: int | None = None,
-                   max_seq: int = 2048, name: str = "rlxc.Model") -> "Model":
+                   max_seq: int = 2048, name: str = "rlxc.Model", activations: str = "q8") -> "Model":
         """Build from ``(fields, weights)`` per layer and the model-level ``parts`` dict of
         :func:`rlxc.hf.model_parts`. Matrices go to ``weights`` format when in-dim % 32 == 0."""
         if weights not in _WTYPES:
@@ -205,7 +228,7 @@ class Model:
                    norm_weight=parts.get("norm_weight"), norm_bias=parts.get("norm_bias"),
                    norm_eps=parts.get("norm_eps", 1e-6), norm_offset=parts.get("norm_offset", 0.0),
                    final_softcap=parts.get("final_softcap", 0.0), ple=parts.get("ple"),
-                   max_seq=max_seq, threads=threads, name=name, layer_wtypes=wtypes,
+                   max_seq=max_seq, threads=threads, activations=activations, name=name, layer_wtypes=wtypes,
                    arch=parts.get("arch") or _GGUF_ARCH.get(parts.get("model_type", "")))
 
     # ------------------------------------------------------------------ pipeline
@@ -218,6 +241,7 @@ class Model:
             if self._pipe is not None and self._pipe.n_past:
                 raise RuntimeError("model.layers was changed with tokens in the cache: call reset()")
             self._pipe = _rlxc().Pipeline(self.layers, self.max_seq, threads=self.threads)
+            self._pipe.activations = self._activations
             self._pipe_layers = ids
         return self._pipe
 
@@ -294,7 +318,8 @@ class Model:
         """lm_head (+ final softcap) of already-normed hidden states (on ``self.threads``)."""
         ops = _rlxc().ops
         z = np.asarray(ops.matmul(np.ascontiguousarray(h_normed, np.float32), self._lm,
-                                  wtype=self.lm_head_type, threads=self._threads), dtype=np.float32)
+                                  wtype=self.lm_head_type, threads=self._threads, activations=self._activations),
+                       dtype=np.float32)
         if self.final_softcap > 0:
             z = np.asarray(ops.softcap(z, self.final_softcap), dtype=np.float32)
         return z
@@ -440,7 +465,8 @@ class Model:
         if self.ple:
             extra.append(f"ple_dim={self.ple['dim']}")
         return (f"<rlxc.Model {self.name}: {len(self.layers)} layers, hidden {self.hidden_size}, "
-                f"vocab {self.vocab_size}, weights {self.weights}, lm_head {self.lm_head_type} ({head})"
+                f"vocab {self.vocab_size}, weights {self.weights}, lm_head {self.lm_head_type} ({head}), "
+                f"activations {self.activations}"
                 + (", " + ", ".join(extra) if extra else "") + f", n_past {self.n_past}>")
 
     def _repr_html_(self) -> str:
