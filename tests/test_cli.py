@@ -182,7 +182,10 @@ def test_compare_gguf_and_folder(tiny, tmp_path, capsys):
     # weights as stored (q8_0): activation rounding shows, explained; --check fails
     assert cli.main(["compare", tiny["gguf"], "--check", "--ids", "1 2 3 4 5 6 7 8"]) == 1
     text = capsys.readouterr().out
-    assert "first over tol" in text and "--weights f32" in text
+    assert "first over tol" in text and "--activations f32" in text
+    # the stored q8_0 weights against float32 activations: within 1e-4 again
+    assert cli.main(["compare", tiny["gguf"], "--check", "--activations", "f32", "--ids", "1 2 3 4 5 6 7 8"]) == 0
+    assert "all within tol" in capsys.readouterr().out
     # an HF folder: f32 by default
     assert cli.main(["compare", tiny["folder"], "--check", "--tokens", "8"]) == 0
     assert "all within tol" in capsys.readouterr().out
