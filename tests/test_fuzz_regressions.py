@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,22 @@ def test_corpus_file(name, expect, tmp_path):
             load_and_run(path, tmp_path)
         except CLEAN:
             pass
+
+
+@pytest.mark.parametrize("name,says", [
+    ("gguf_embedding_length_string.gguf", "GGUF metadata 'llama.embedding_length' is str '32', expected an integer"),
+    ("gguf_head_count_per_layer_strings.gguf", "'llama.attention.head_count[0]' is str '2', expected an integer"),
+    ("gguf_tokenizer_types_scalar.gguf", "'tokenizer.ggml.token_type' is int 1, expected an array of integers"),
+    ("gguf_tokenizer_scores_short.gguf", "tokenizer: 5 scores for 32 tokens"),
+    ("gguf_tokenizer_merges_unknown_tokens.gguf", "merge 0 'a b' needs 'ab', which is not in the vocabulary"),
+    ("st_dtype_list.safetensors", "'model.embed_tokens.weight': dtype ['F32'] is not a string"),
+    ("st_shape_product_overflow.safetensors", "shape [18446744073709551616, 1] of F16 needs"),
+])
+def test_corpus_errors_say_what_is_wrong(name, says, tmp_path):
+    if name.endswith(".safetensors") and not HAS_HF:
+        pytest.skip("Hugging Face folders need transformers")
+    with pytest.raises(ValueError, match=re.escape(says)):
+        load_and_run(os.path.join(CORPUS, name), tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(formats.seeds()))

@@ -306,8 +306,8 @@ class GGUFFile:
             val, off = self._value(vt, off, f"metadata {key!r}")
             md[key] = val
         self.metadata = md
-        align = md.get("general.alignment", 32)
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        align = gguf_meta(md, "general.alignment", int, 32, self.path)
+        if align <= 0 or align & (align - 1):
             raise ValueError(f"{self.path}: corrupt GGUF: general.alignment = {align!r} is not a power of two")
         self.alignment = align
         infos = []
@@ -399,6 +399,59 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
     return GGUFFile(path)
 
 
+# ============================================================================ typed metadata
+
+# a metadata value read as int / float / str / bool: the scalar types it may have (Python from the
+# header, NumPy for an element of a numeric array), the dtype kinds of a numeric array of them, and
+# their names for messages
+_META_KINDS: dict[type, tuple[tuple[type, ...], str, str, str]] = {
+    int: ((int, np.integer), "iu", "an integer", "integers"),
+    float: ((int, float, np.integer, np.floating), "iuf", "a number", "numbers"),
+    str: ((str,), "", "a string", "strings"),
+    bool: ((bool, np.bool_), "b", "a bool", "bools"),
+}
+_REQUIRED = object()
+
+
+def gguf_meta(md: Mapping[str, Any], key: str, kind: type, default: Any = _REQUIRED, source: str = "GGUF",
+              array: bool = False) -> Any:
+    """Metadata ``md[key]`` checked to be a ``kind`` (int, float, str or bool; with ``array``, an
+    array of them), or ``default`` when the key is absent (ValueError when there is none).
+
+    The file is untrusted: a value of another type (a string, a bool or an array where a number
+    is expected, ...) raises a ValueError naming the key here, rather than a TypeError where it is
+    used or, worse, being taken as something else (``int("32")``)."""
+    if key not in md:
+        if default is _REQUIRED:
+            raise ValueError(f"{source}: GGUF metadata lacks {key!r}")
+        return default
+    return _meta_value(md[key], kind, key, source, array)
+
+
+def _meta_value(v: Any, kind: type, key: str, source: str, array: bool = False) -> Any:
+    types, dtype_kinds, name, plural = _META_KINDS[kind]
+
+    def fits(x: Any) -> bool:
+        return isinstance(x, types) and (kind is bool or not isinstance(x, bool))  # a Python bool is an int
+
+    if array:
+        # the reader gives numeric arrays as NumPy arrays, string (and nested) arrays as lists
+        ok = (v.dtype.kind in dtype_kinds if isinstance(v, np.ndarray)
+              else isinstance(v, list) and all(fits(x) for x in v))
+    else:
+        ok = fits(v)
+    if not ok:
+        if isinstance(v, np.ndarray):
+            shown = f"an array of {v.size} {v.dtype} values"
+        elif isinstance(v, list):  # strings or nested arrays
+            shown = f"an array of {len(v)} {type(v[0]).__name__} values" if v else "an empty array"
+        else:
+            shown = f"{type(v).__name__} {v!r:.60}"
+        raise ValueError(f"{source}: GGUF metadata {key!r} is {shown}, expected "
+                         f"{'an array of ' + plural if array else name}")
+    return v if array else kind(v)
+
+
 # ============================================================================ GGUF -> per-layer fields
 
 #: GGUF architectures rlxc maps to per-layer fields
@@ -430,36 +483,32 @@ _MODEL_TENSORS = ("token_embd.weight", "output_norm.weight", "output_norm.bias",
 
 
 class _KV:
-    """Arch-prefixed metadata access with per-layer arrays."""
+    """Arch-prefixed, type-checked metadata access (see :func:`gguf_meta`), with per-layer arrays."""
 
     def __init__(self, md: Mapping[str, Any], arch: str, path: str) -> None:
         self.md, self.arch, self.path = md, arch, path
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.md.get(f"{self.arch}.{key}", default)
+    def get(self, key: str, kind: type, default: Any = _REQUIRED, array: bool = False) -> Any:
+        return gguf_meta(self.md, f"{self.arch}.{key}", kind, default, self.path, array)
 
-    def req(self, key: str) -> Any:
+    def layer(self, key: str, i: int, default: Any = _REQUIRED) -> int:
+        """An int given for all layers or as an array with one per layer."""
         k = f"{self.arch}.{key}"
-        if k not in self.md:
-            raise ValueError(f"{self.path}: GGUF metadata lacks {k!r}")
-        return self.md[k]
-
-    def layer(self, key: str, i: int, default: Any = None, required: bool = False) -> Any:
-        v = self.req(key) if required else self.get(key, default)
+        v = self.md.get(k)
         if isinstance(v, (list, np.ndarray)):
             if len(v) <= i:
-                raise ValueError(f"{self.path}: {self.arch}.{key} has {len(v)} entries, layer {i} needs one")
-            v = v[i]
-        return v.item() if isinstance(v, np.generic) else v
+                raise ValueError(f"{self.path}: {k} has {len(v)} entries, layer {i} needs one")
+            return _meta_value(v[i], int, f"{k}[{i}]", self.path)
+        return self.get(key, int, default)
 
 
 def _swa_layers(kv: _KV, arch: str, n_layers: int) -> list[bool]:
     """Which layers use the sliding window (llama.cpp's hparams.swa_layers)."""
-    pat = kv.get("attention.sliding_window_pattern")
-    if isinstance(pat, (list, np.ndarray)):
+    key = "attention.sliding_window_pattern"
+    if isinstance(kv.md.get(f"{arch}.{key}"), (list, np.ndarray)):  # newer llama.cpp: one bool per layer
+        pat = kv.get(key, bool, array=True)
         if len(pat) != n_layers:
-            raise ValueError(f"{kv.path}: {arch}.attention.sliding_window_pattern has {len(pat)} entries "
-                             f"for {n_layers} layers")
+            raise ValueError(f"{kv.path}: {arch}.{key} has {len(pat)} entries for {n_layers} layers")
         return [bool(p) for p in pat]
     if arch == "gemma2":
         n = 2
@@ -467,23 +516,22 @@ def _swa_layers(kv: _KV, arch: str, n_layers: int) -> list[bool]:
         n = 6
     else:
         return [False] * n_layers
-    if isinstance(pat, (int, np.integer)) and not isinstance(pat, bool):
-        n = int(pat)
+    n = kv.get(key, int, n)
     # llama.cpp set_swa_pattern(n): layer il is sliding iff il % n < n - 1 (n = 0: all sliding)
     return [n == 0 or (i % n) < (n - 1) for i in range(n_layers)]
 
 
 def _rope_scaling(kv: _KV, rd: int) -> tuple[np.ndarray | None, str]:
-    stype = kv.get("rope.scaling.type")
-    factor = kv.get("rope.scaling.factor")
+    stype = kv.get("rope.scaling.type", str, None)
+    factor = kv.get("rope.scaling.factor", float, None)
     if factor is None:
-        lin = kv.get("rope.scale_linear")
+        lin = kv.get("rope.scale_linear", float, None)
         if lin is not None:
-            stype, factor = "linear", float(lin)
+            stype, factor = "linear", lin
     if stype in (None, "none") or factor in (None, 0.0, 1.0) and stype != "longrope":
         return None, "none"
     if stype == "linear":
-        return np.full(rd // 2, float(factor), np.float32), "linear"
+        return np.full(rd // 2, factor, np.float32), "linear"
     if stype == "longrope":
         return None, "longrope"
     raise NotImplementedError(f"{kv.path}: rope scaling type {stype!r} ({kv.arch}) is not supported "
@@ -493,26 +541,25 @@ def _rope_scaling(kv: _KV, rd: int) -> tuple[np.ndarray | None, str]:
 def gguf_layer_fields(g: GGUFFile, i: int, max_seq: int | None = None) -> dict[str, Any]:
     """Fields of rlxc.Layer for layer ``i`` of a GGUF file (norm weights are used as stored:
     ``norm_offset = qk_norm_offset = 0`` even for Gemma, whose GGUF norms already hold 1 + w)."""
-    arch, kv, _ = _arch(g)
-    H = int(kv.req("embedding_length"))
-    L = int(kv.req("block_count"))
+    arch, kv, L = _arch(g)
+    H = kv.get("embedding_length", int)
     if not 0 <= i < L:
         raise IndexError(f"layer {i} out of range ({L} layers)")
-    nq = int(kv.layer("attention.head_count", i, required=True))
-    nkv = int(kv.layer("attention.head_count_kv", i, nq))
-    hd = int(kv.layer("attention.key_length", i, H // nq if nq else 0))
-    vd = int(kv.layer("attention.value_length", i, hd))
+    nq = kv.layer("attention.head_count", i)
+    nkv = kv.layer("attention.head_count_kv", i, nq)
+    hd = kv.layer("attention.key_length", i, H // nq if nq else 0)
+    vd = kv.layer("attention.value_length", i, hd)
     if nq <= 0 or nkv <= 0 or hd <= 0:
         raise ValueError(f"{g.path}: layer {i}: {nq} heads, {nkv} kv heads, head dim {hd}")
     if vd != hd:
         raise NotImplementedError(f"{g.path}: key_length {hd} != value_length {vd}")
-    inter = int(kv.layer("feed_forward_length", i, required=True))
-    rd = int(kv.layer("rope.dimension_count", i, hd))
-    base = float(kv.get("rope.freq_base", 10000.0))
+    inter = kv.layer("feed_forward_length", i)
+    rd = kv.layer("rope.dimension_count", i, hd)
+    base = kv.get("rope.freq_base", float, 10000.0)
     pre = f"blk.{i}."
     has = lambda s: (pre + s) in g.tensors  # noqa: E731
     f: dict[str, Any] = dict(
-        eps=float(kv.get("attention.layer_norm_rms_epsilon", kv.get("attention.layer_norm_epsilon", 1e-5))),
+        eps=kv.get("attention.layer_norm_rms_epsilon", float, kv.get("attention.layer_norm_epsilon", float, 1e-5)),
         attn_scale=hd ** -0.5, head_dim=hd, num_q_heads=nq, num_kv_heads=nkv, rope_base=base,
         rotary_dim=rd, sliding_window=0, has_v_norm=0, layer_scalar=1.0, norm_type=_RMSNORM,
         ffn_type=_GATED, activation=_SILU, qk_norm_offset=0.0,
@@ -537,11 +584,11 @@ def gguf_layer_fields(g: GGUFFile, i: int, max_seq: int | None = None) -> dict[s
             f["attn_scale"] = float((H / nq) ** -0.5 if big else hd ** -0.5)
             swa = _swa_layers(kv, arch, L)
             if swa[i]:
-                f["sliding_window"] = int(kv.get("attention.sliding_window", 4096))
+                f["sliding_window"] = kv.get("attention.sliding_window", int, 4096)
         if arch == "gemma2":
-            f["attn_softcap"] = float(kv.get("attn_logit_softcapping", 50.0))
+            f["attn_softcap"] = kv.get("attn_logit_softcapping", float, 50.0)
         if arch == "gemma3" and f["sliding_window"]:
-            f["rope_base"] = float(kv.get("rope.freq_base_swa", 10000.0))
+            f["rope_base"] = kv.get("rope.freq_base_swa", float, 10000.0)
     elif arch == "starcoder2":
         f.update(norm_type=_LAYERNORM, ffn_type=_STANDARD, activation=_GELU_TANH)
     elif arch == "phi3":
@@ -550,17 +597,20 @@ def gguf_layer_fields(g: GGUFFile, i: int, max_seq: int | None = None) -> dict[s
 
 
 def _arch(g: GGUFFile) -> tuple[str, _KV, int]:
-    arch = g.metadata.get("general.architecture")
-    if not isinstance(arch, str):
-        raise ValueError(f"{g.path}: GGUF metadata lacks general.architecture")
+    arch = gguf_meta(g.metadata, "general.architecture", str, source=g.path)
     if arch not in GGUF_ARCHS:
         raise NotImplementedError(f"{g.path}: GGUF architecture {arch!r} is not supported; "
                                   f"supported: {', '.join(GGUF_ARCHS)}")
     kv = _KV(g.metadata, arch, g.path)
     for key in ("expert_count", "expert_used_count"):
-        if int(kv.get(key, 0) or 0) > 0:
+        if kv.get(key, int, 0) > 0:
             raise NotImplementedError(f"{g.path}: {arch}.{key} > 0 (mixture of experts) is not supported")
-    return arch, kv, int(kv.req("block_count"))
+    L = kv.get("block_count", int)
+    # every layer has tensors: a larger count is corrupt, and the per-layer work (a list of L
+    # sliding-window flags per layer, ...) would run for ever on a count like 2**32
+    if L > len(g.tensors):
+        raise ValueError(f"{g.path}: {arch}.block_count = {L}, but the file has {len(g.tensors)} tensors")
+    return arch, kv, L
 
 
 def _unpermute_rows(rows: np.ndarray, n_head: int) -> np.ndarray:
@@ -585,7 +635,7 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
     arch, kv, L = _arch(g)
     if weights not in (None, "f32", "q4_0", "q8_0"):
         raise ValueError(f"weights must be None (as stored), 'f32', 'q4_0' or 'q8_0', got {weights!r}")
-    ctx = int(kv.get("context_length", 4096) or 4096)
+    ctx = kv.get("context_length", int, 4096) or 4096
     if max_seq is None:
         max_seq = min(ctx, 4096)
     supported = engine_wtypes()
@@ -604,12 +654,12 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
         freq_factors = g.array("rope_freqs.weight").astype(np.float32)
     attn_factor = 1.0
     if "rope_factors_short.weight" in g or "rope_factors_long.weight" in g:
-        orig = int(kv.get("rope.scaling.original_context_length", ctx) or ctx)
+        orig = kv.get("rope.scaling.original_context_length", int, ctx) or ctx
         use = "rope_factors_long.weight" if max_seq > orig else "rope_factors_short.weight"
         if use not in g:
             raise ValueError(f"{g.path}: {use} is missing")
         freq_factors = g.array(use).astype(np.float32)
-        attn_factor = float(kv.get("rope.scaling.attn_factor", 1.0) or 1.0)
+        attn_factor = kv.get("rope.scaling.attn_factor", float, 1.0) or 1.0
 
     def matrix(layer: Any, slot: str, data: np.ndarray, wt: str, cols: int, name: str) -> str:
         """Set a matrix slot from stored rows: in place, or converted when weights= is given."""
@@ -696,7 +746,7 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
     if "token_embd.weight" not in g:
         raise ValueError(f"{g.path}: missing tensor 'token_embd.weight'")
     te = g.info("token_embd.weight")
-    H = int(kv.req("embedding_length"))
+    H = kv.get("embedding_length", int)
     if te.cols != H or len(te.shape) != 2:
         raise ValueError(f"{g.path}: token_embd.weight is {te.shape}, hidden size {H}")
     embed = g.matrix("token_embd.weight")
@@ -725,17 +775,17 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
         norm_type=_LAYERNORM if arch == "starcoder2" else _RMSNORM,
         norm_weight=g.array("output_norm.weight") if "output_norm.weight" in g else None,
         norm_bias=norm_b, norm_eps=float(layers[0].eps) if layers else 1e-6, norm_offset=0.0,
-        final_softcap=float(kv.get("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0) or 0.0),
+        final_softcap=kv.get("final_logit_softcapping", float, 30.0 if arch == "gemma2" else 0.0),
     )
     if parts["norm_weight"] is None:
         raise ValueError(f"{g.path}: missing tensor 'output_norm.weight'")
     tok = None
     if tokenizer:
         from .tokenizer import from_gguf_metadata
-        tok = from_gguf_metadata(g.metadata)
+        tok = from_gguf_metadata(g.metadata, g.path)
     meta = {"source": g.path, "format": "gguf", "gguf": {k: v for k, v in g.metadata.items()
                                                           if not k.startswith("tokenizer.ggml.")}}
-    name = str(g.metadata.get("general.name") or os.path.basename(g.path))
+    name = gguf_meta(g.metadata, "general.name", str, "", g.path) or os.path.basename(g.path)
     model = Model(layers, embed, lm_head=lm_head, weights=model_weights, max_seq=max_seq, threads=threads,
                   name=f"{name} ({arch}, GGUF)", layer_wtypes=wtypes, arch=arch, tokenizer=tok, metadata=meta,
                   **parts)
@@ -773,8 +823,8 @@ def gguf_hf_config(g: GGUFFile) -> tuple[str, str, dict[str, Any]]:
     kw: dict[str, Any] = dict(
         vocab_size=g.info("token_embd.weight").rows, hidden_size=H, intermediate_size=f0["intermediate_size"],
         num_hidden_layers=L, num_attention_heads=f0["num_q_heads"], num_key_value_heads=f0["num_kv_heads"],
-        max_position_embeddings=int(kv.get("context_length", 4096)), tie_word_embeddings="output.weight" not in g,
-        rope_theta=float(kv.get("rope.freq_base", 10000.0)))
+        max_position_embeddings=kv.get("context_length", int, 4096), tie_word_embeddings="output.weight" not in g,
+        rope_theta=kv.get("rope.freq_base", float, 10000.0))
     if arch == "starcoder2":
         kw.update(norm_epsilon=f0["eps"], use_bias=bool(f0["qkv_bias"]), sliding_window=None,
                   hidden_act="gelu_pytorch_tanh")
@@ -794,7 +844,7 @@ def gguf_hf_config(g: GGUFFile) -> tuple[str, str, dict[str, Any]]:
                   sliding_window=max(f["sliding_window"] for f in fs) or None,
                   layer_types=["sliding_attention" if f["sliding_window"] else "full_attention" for f in fs],
                   hidden_activation="gelu_pytorch_tanh")
-        cap = float(kv.get("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0) or 0.0)
+        cap = kv.get("final_logit_softcapping", float, 30.0 if arch == "gemma2" else 0.0)
         kw["final_logit_softcapping"] = cap or None
     if arch == "gemma2":
         kw["attn_logit_softcapping"] = f0["attn_softcap"] or None
@@ -882,27 +932,51 @@ class SafetensorsFile:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             header = json.loads(head.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested too deep
             raise ValueError(f"{self.path}: corrupt safetensors header ({e})") from None
         if not isinstance(header, dict):
             raise ValueError(f"{self.path}: corrupt safetensors header (not a JSON object)")
         self.metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(self.metadata, dict):
+            raise ValueError(f"{self.path}: corrupt safetensors header (__metadata__ is not a JSON object)")
         base = 8 + n
         self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         for name, e in header.items():
-            try:
-                dtype, shape, (b, end) = e["dtype"], tuple(int(d) for d in e["shape"]), e["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{self.path}: corrupt safetensors entry {name!r}") from None
-            if dtype not in _ST_DTYPES:
-                raise NotImplementedError(f"{self.path}: tensor {name!r} has dtype {dtype}, not supported")
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            if any(d < 0 for d in shape) or end - b != count * _ST_DTYPES[dtype][1] or b < 0:
-                raise ValueError(f"{self.path}: corrupt safetensors entry {name!r} (shape {shape}, bytes [{b}, {end}))")
-            if base + end > size:
-                raise ValueError(f"{self.path}: truncated safetensors file: {name!r} needs bytes up to {base + end}, "
-                                 f"the file has {size}")
+            dtype, shape, b, count = self._entry(name, e, size - base)
             self.entries[name] = (dtype, shape, base + b, count)
+
+    def _entry(self, name: str, e: Any, data_size: int) -> tuple[str, tuple[int, ...], int, int]:
+        """(dtype, shape, offset in the data section, element count) of header entry ``name``, every
+        field checked: the header is untrusted JSON, any value may be of any type or size."""
+        def corrupt(what: str) -> ValueError:
+            return ValueError(f"{self.path}: corrupt safetensors entry {name!r}: {what}")
+
+        if not isinstance(e, dict):
+            raise corrupt(f"{e!r:.60} is not a JSON object")
+        missing = [k for k in ("dtype", "shape", "data_offsets") if k not in e]
+        if missing:
+            raise corrupt(f"no {', '.join(missing)}")
+        dtype, shape, offsets = e["dtype"], e["shape"], e["data_offsets"]
+        if not isinstance(dtype, str):
+            raise corrupt(f"dtype {dtype!r:.60} is not a string")
+        # type(x) is int: JSON true / false load as bools, which are ints to isinstance
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise corrupt(f"shape {shape!r:.60} is not a list of non-negative integers")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets):
+            raise corrupt(f"data_offsets {offsets!r:.60} is not a list of two integers")
+        if dtype not in _ST_DTYPES:
+            raise NotImplementedError(f"{self.path}: tensor {name!r} has dtype {dtype}, not supported")
+        b, end = offsets
+        if not 0 <= b <= end:
+            raise corrupt(f"data_offsets [{b}, {end}] are not 0 <= begin <= end")
+        if end > data_size:
+            raise ValueError(f"{self.path}: truncated safetensors file: {name!r} needs {end} bytes of data, "
+                             f"the file has {data_size}")
+        count = math.prod(shape)  # Python ints: dims of any size cannot overflow
+        if end - b != count * _ST_DTYPES[dtype][1]:
+            raise corrupt(f"data_offsets [{b}, {end}] hold {end - b} bytes, shape {shape} of {dtype} needs "
+                          f"{count * _ST_DTYPES[dtype][1]}")
+        return dtype, tuple(shape), b, count
 
     def keys(self) -> list[str]:
         return list(self.entries)

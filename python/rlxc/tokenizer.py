@@ -30,6 +30,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .loaders import gguf_meta, read_gguf
+
 __all__ = ["Tokenizer", "SPMTokenizer", "BPETokenizer", "HFTokenizer", "from_gguf_metadata", "from_folder", "load",
            "StreamDecoder"]
 
@@ -49,6 +51,15 @@ _C_SPACE = " \t\n\v\f\r"
 
 def _utf8(s: str) -> bytes:
     return s.encode("utf-8", errors="surrogateescape")
+
+
+def _per_token(values: Any, n: int, fill: float, dtype: Any, what: str) -> np.ndarray:
+    """One value per token (``fill`` for each when ``values`` is None), as a 1-D array: a shorter
+    one would be indexed past its end when a token it lacks is met."""
+    a = np.full(n, fill, dtype) if values is None else np.asarray(values, dtype)
+    if a.shape != (n,):
+        raise ValueError(f"tokenizer: {a.size} {what} for {n} tokens")
+    return a
 
 
 class StreamDecoder:
@@ -171,12 +182,12 @@ class SPMTokenizer(Tokenizer):
         # compact storage (a 262k vocabulary costs ~30 MB of Python objects, mostly the strings)
         self.tokens = tokens if isinstance(tokens, list) and all(tokens) else [
             t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        self.scores = array.array("f", np.asarray(scores if scores is not None else np.zeros(n), "<f4").tobytes())
-        types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int64)
-        lut = np.zeros(max(int(types.max(initial=0)) + 1, 8), np.uint16)
+        self.scores = array.array("f", _per_token(scores, n, 0.0, "<f4", "scores").tobytes())
+        types = _per_token(types, n, NORMAL, np.int64, "token types")
+        lut = np.zeros(8, np.uint16)  # type -> attribute bits; other types (clipped to 0 or 7) have none
         for k, v in _TYPE_ATTR.items():
             lut[k] = v
-        self.attrs = array.array("H", lut[np.clip(types, 0, lut.size - 1)].astype(np.uint16).tobytes())
+        self.attrs = array.array("H", lut[np.clip(types, 0, lut.size - 1)].tobytes())
         self.token_to_id: dict[str, int] = {}
         for i, t in enumerate(self.tokens):
             self.token_to_id[t] = i  # the last duplicate wins, as in llama.cpp
@@ -389,33 +400,44 @@ class BPETokenizer(Tokenizer):
 
         self.tokens = list(tokens)
         n = self.vocab_size = len(self.tokens)
-        types = np.asarray(types if types is not None else np.full(n, NORMAL), np.int64).tolist()
+        types = _per_token(types, n, NORMAL, np.int64, "token types").tolist()
         self.types = types
         self.merges = list(merges)
         self.pre = pre or "default"
         vocab = {t: i for i, t in enumerate(self.tokens)}
         mlist = []
-        for m in self.merges:
-            a, sep, b = m.partition(" ")
-            if not sep:
-                raise ValueError(f"tokenizer: bad merge {m!r}")
+        for k, m in enumerate(self.merges):
+            # checked here: tokenizers' BPE panics on some merges of tokens it does not have
+            if not isinstance(m, str) or " " not in m:
+                raise ValueError(f"tokenizer: merge {k} {m!r:.60} is not two tokens separated by a space")
+            a, _, b = m.partition(" ")
+            if a not in vocab or b not in vocab or a + b not in vocab:
+                part = next(p for p in (a, b, a + b) if p not in vocab)
+                raise ValueError(f"tokenizer: merge {k} {m!r:.60} needs {part!r:.60}, which is not in the vocabulary")
             mlist.append((a, b))
         ignore = self.pre in ("llama3", "llama-v3", "llama-bpe")
-        model = models.BPE(vocab=vocab, merges=mlist, ignore_merges=ignore)
-        t = _T(model)
         pats = _PRE_RE.get(self.pre)
         if pats is None:
             warnings.warn(f"tokenizer.ggml.pre={self.pre!r} is not known to rlxc: using GPT-2's pre-tokenizer "
                           "(ids may differ from llama.cpp's)", stacklevel=3)
             pats = [_GPT2_RE]
-        t.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in pats]
-            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        t.decoder = decoders.ByteLevel()
         added = [AddedToken(self.tokens[i], special=types[i] == CONTROL, normalized=False)
                  for i in range(n) if types[i] in (CONTROL, USER_DEFINED)]
-        if added:
-            t.add_tokens(added)
+        try:
+            t = _T(models.BPE(vocab=vocab, merges=mlist, ignore_merges=ignore))
+            t.pre_tokenizer = pre_tokenizers.Sequence(
+                [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in pats]
+                + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+            t.decoder = decoders.ByteLevel()
+            if added:
+                t.add_tokens(added)
+        except BaseException as e:
+            # tokenizers raises Exception for what it checks and panics on what it does not: pyo3 raises
+            # a Rust panic as PanicException, a BaseException (let KeyboardInterrupt and the like through)
+            if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+                raise
+            raise ValueError(f"tokenizer: the tokenizers library rejects this vocabulary ({type(e).__name__}: "
+                             f"{e})") from None
         self._tk = t
         self.bos_id, self.eos_id, self.pad_id, self.unk_id = bos_id, eos_id, pad_id, unk_id
         self.add_bos, self.add_eos = bool(add_bos), bool(add_eos)
@@ -587,38 +609,37 @@ def _read_json(path: str) -> dict:
 
 # ============================================================================ factories
 
-def _opt_int(md: Mapping[str, Any], key: str) -> int | None:
-    v = md.get(key)
-    return None if v is None else int(v)
+def from_gguf_metadata(md: Mapping[str, Any], source: str = "GGUF") -> Tokenizer | None:
+    """The tokenizer described by a GGUF file's metadata (None when it has none); ``source`` (the
+    file) starts error messages. Every value is type-checked (:func:`rlxc.loaders.gguf_meta`)."""
+    def get(key: str, kind: type, default: Any = None, array: bool = False) -> Any:
+        return gguf_meta(md, key, kind, default, source, array)
 
-
-def from_gguf_metadata(md: Mapping[str, Any]) -> Tokenizer | None:
-    """The tokenizer described by a GGUF file's metadata (None when it has none)."""
-    kind = md.get("tokenizer.ggml.model")
+    kind = get("tokenizer.ggml.model", str)
     if kind is None or kind in ("none", "no_vocab"):
         return None
-    tokens = md.get("tokenizer.ggml.tokens")
+    tokens = get("tokenizer.ggml.tokens", str, array=True)
     if tokens is None:
-        raise ValueError("GGUF tokenizer metadata lacks tokenizer.ggml.tokens")
-    common = dict(bos_id=_opt_int(md, "tokenizer.ggml.bos_token_id"), eos_id=_opt_int(md, "tokenizer.ggml.eos_token_id"),
-                  eot_id=_opt_int(md, "tokenizer.ggml.eot_token_id"), eom_id=_opt_int(md, "tokenizer.ggml.eom_token_id"),
-                  chat_template=md.get("tokenizer.chat_template"), pad_id=_opt_int(md, "tokenizer.ggml.padding_token_id"),
-                  unk_id=_opt_int(md, "tokenizer.ggml.unknown_token_id"))
-    types = md.get("tokenizer.ggml.token_type")
+        raise ValueError(f"{source}: GGUF tokenizer metadata lacks tokenizer.ggml.tokens")
+    common = dict(bos_id=get("tokenizer.ggml.bos_token_id", int), eos_id=get("tokenizer.ggml.eos_token_id", int),
+                  eot_id=get("tokenizer.ggml.eot_token_id", int), eom_id=get("tokenizer.ggml.eom_token_id", int),
+                  chat_template=get("tokenizer.chat_template", str), pad_id=get("tokenizer.ggml.padding_token_id", int),
+                  unk_id=get("tokenizer.ggml.unknown_token_id", int))
+    types = get("tokenizer.ggml.token_type", int, array=True)
     if kind == "llama":
-        return SPMTokenizer(tokens, md.get("tokenizer.ggml.scores"), types,
-                            add_bos=bool(md.get("tokenizer.ggml.add_bos_token", True)),
-                            add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)),
-                            add_space_prefix=bool(md.get("tokenizer.ggml.add_space_prefix", True)),
-                            model_name=str(md.get("general.name", "")), **common)
+        return SPMTokenizer(tokens, get("tokenizer.ggml.scores", float, array=True), types,
+                            add_bos=get("tokenizer.ggml.add_bos_token", bool, True),
+                            add_eos=get("tokenizer.ggml.add_eos_token", bool, False),
+                            add_space_prefix=get("tokenizer.ggml.add_space_prefix", bool, True),
+                            model_name=get("general.name", str, ""), **common)
     if kind == "gpt2":
-        merges = md.get("tokenizer.ggml.merges")
+        merges = get("tokenizer.ggml.merges", str, array=True)
         if merges is None:
-            raise ValueError("GGUF gpt2 tokenizer lacks tokenizer.ggml.merges")
-        return BPETokenizer(tokens, merges, types, str(md.get("tokenizer.ggml.pre", "default")),
-                            add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
-                            add_eos=bool(md.get("tokenizer.ggml.add_eos_token", False)), **common)
-    raise NotImplementedError(f"GGUF tokenizer model {kind!r} is not supported (supported: llama, gpt2)")
+            raise ValueError(f"{source}: GGUF gpt2 tokenizer lacks tokenizer.ggml.merges")
+        return BPETokenizer(tokens, merges, types, get("tokenizer.ggml.pre", str, "default"),
+                            add_bos=get("tokenizer.ggml.add_bos_token", bool, False),
+                            add_eos=get("tokenizer.ggml.add_eos_token", bool, False), **common)
+    raise NotImplementedError(f"{source}: GGUF tokenizer model {kind!r} is not supported (supported: llama, gpt2)")
 
 
 def from_folder(folder: str) -> Tokenizer:
@@ -631,5 +652,4 @@ def load(path: str | os.PathLike) -> Tokenizer | None:
     p = os.fspath(path)
     if os.path.isdir(p):
         return from_folder(p)
-    from .loaders import read_gguf
-    return from_gguf_metadata(read_gguf(p).metadata)
+    return from_gguf_metadata(read_gguf(p).metadata, p)
