@@ -77,12 +77,11 @@ def _check_model_path(path: str) -> str:
 def _load(args: argparse.Namespace, path: str, weights: str | None, tokenizer: bool = True) -> Any:
     import rlxc
     _check_model_path(path)
-    kw: dict[str, Any] = dict(weights=weights, threads=args.threads, tokenizer=tokenizer)
+    kw: dict[str, Any] = dict(weights=weights, threads=args.threads, tokenizer=tokenizer,
+                              activations=getattr(args, "activations", "q8"))
     if getattr(args, "max_seq", None):
         kw["max_seq"] = args.max_seq
-    model = rlxc.load(path, **kw)
-    model.activations = getattr(args, "activations", "q8")
-    return model
+    return rlxc.load(path, **kw)
 
 
 def _is_gguf(path: str) -> bool:

@@ -1162,7 +1162,7 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
 # ============================================================================ load
 
 def load(path: str | os.PathLike, weights: str | None = None, threads: int | None = None,
-         max_seq: int | None = None, tokenizer: bool = True) -> Any:
+         max_seq: int | None = None, tokenizer: bool = True, activations: str = "q8") -> Any:
     """An :class:`rlxc.Model` from a GGUF file or a Hugging Face checkpoint folder.
 
     Args:
@@ -1173,16 +1173,25 @@ def load(path: str | os.PathLike, weights: str | None = None, threads: int | Non
             multiple of 32, norms, biases and the embedding stay float32).
         threads: engine threads (None: the engine default). max_seq: KV-cache length (default
             ``min(context length, 4096)``). tokenizer: attach ``model.tokenizer``.
+        activations: "q8" or "f32", how quantized matrices meet the activations
+            (:attr:`rlxc.Model.activations`; settable later).
     Raises:
         ValueError: not a GGUF file / checkpoint folder, truncated or corrupt.
         NotImplementedError: an architecture, tensor type or feature rlxc cannot run.
     """
-    p = os.fspath(path)
+    if activations not in ("q8", "f32"):
+        raise ValueError(f"activations must be 'q8' or 'f32', got {activations!r}")
+    model = _load_path(os.fspath(path), weights, threads, max_seq, tokenizer)
+    model.activations = activations
+    return model
+
+
+def _load_path(p: str, weights: str | None, threads: int | None, max_seq: int | None, tokenizer: bool) -> Any:
     if os.path.isdir(p):
         if not os.path.exists(os.path.join(p, "config.json")):
             ggufs = sorted(x for x in os.listdir(p) if x.endswith(".gguf"))
             if len(ggufs) == 1:
-                return load(os.path.join(p, ggufs[0]), weights, threads, max_seq, tokenizer)
+                return _load_path(os.path.join(p, ggufs[0]), weights, threads, max_seq, tokenizer)
             raise ValueError(f"{p}: neither a Hugging Face checkpoint folder (no config.json) nor a GGUF file")
         return _hf_folder_model(p, weights, threads, max_seq, tokenizer)
     if not os.path.exists(p):
@@ -1196,7 +1205,7 @@ def load(path: str | os.PathLike, weights: str | None = None, threads: int | Non
         except (TypeError, KeyError, OverflowError, IndexError) as e:  # metadata of an unexpected type / size
             raise ValueError(f"{p}: corrupt or unexpected GGUF metadata ({type(e).__name__}: {e})") from e
     if p.endswith(".safetensors"):
-        return load(os.path.dirname(os.path.abspath(p)), weights, threads, max_seq, tokenizer)
+        return _load_path(os.path.dirname(os.path.abspath(p)), weights, threads, max_seq, tokenizer)
     raise ValueError(f"{p}: not a GGUF file (magic {magic!r}) nor a Hugging Face checkpoint folder")
 
 
