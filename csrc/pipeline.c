@@ -174,23 +174,37 @@ static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
         if ((int)in > max_in) max_in = (int)in;
     }
     const size_t need = per_tok * (size_t)T, need_xq = rlxc_linear_scratch_bytes(max_in, T, p->n_threads);
+    /* New buffers are published before the old ones are freed, and capacities only after: a
+     * fork() from another thread at any point leaves the child valid pointers (a call in the
+     * child sees at worst a smaller capacity and grows again). The fences keep the compiler
+     * from reordering those stores. */
     if (need > p->cap_floats || need_xq > p->cap_xq) {
-        free(p->xa);
-        free(p->xq);
-        p->xa = malloc(need * sizeof(float));
-        p->xq = malloc(need_xq ? need_xq : 1);
-        if (!p->xa || !p->xq) {
-            p->cap_floats = p->cap_xq = 0;
+        float *xa = malloc(need * sizeof(float));
+        void *xq = malloc(need_xq ? need_xq : 1);
+        if (!xa || !xq) {
+            free(xa), free(xq);
             FAIL("out of memory for scratch of %d tokens", T);
         }
+        float *old_xa = p->xa;
+        void *old_xq = p->xq;
+        p->cap_floats = p->cap_xq = 0;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        p->xa = xa, p->xq = xq;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        free(old_xa), free(old_xq);
         p->cap_floats = need;
         p->cap_xq = need_xq;
     }
     if (p->scores_threads < p->n_threads) {
-        free(p->scores);
-        p->scores = malloc((size_t)p->n_threads * p->max_seq * sizeof(float));
-        p->scores_threads = p->scores ? p->n_threads : 0;
-        if (!p->scores) FAIL("out of memory for attention scratch");
+        float *scores = malloc((size_t)p->n_threads * p->max_seq * sizeof(float));
+        if (!scores) FAIL("out of memory for attention scratch");
+        float *old = p->scores;
+        p->scores_threads = 0;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        p->scores = scores;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        free(old);
+        p->scores_threads = p->n_threads;
     }
     return 0;
 }

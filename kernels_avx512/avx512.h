@@ -15,8 +15,11 @@ void rlxc_matmul_q8_0_avx512(float *y, int ldy, const block_q8_0 *w, const block
 /* One row per register: decode and small T (quant.c); the GEMMs above use them below 8 tokens. */
 void rlxc_matmul_q4_0_pairs_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matmul_q8_0_pairs_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+/* Q5_0 in 4-row tiles (wtypes.c): decode, and the Q5_0 GEMM below 8 tokens. */
+void rlxc_matmul_q5_0_rows_avx512(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
 
-/* The other GGUF weight types (wtypes.c); F16 / BF16 stay AVX2 (memory-bound already). */
+/* The other GGUF weight types (wtypes.c; the Q5_0 GEMM in gemm.c); F16 / BF16 stay AVX2
+ * (memory-bound already). */
 void rlxc_matvec_q5_0_avx512(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q5_0_avx512(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q4_k_avx512(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);

@@ -4,8 +4,11 @@
  * per block and token for all 16 rows; the pair kernels of quant.c (one row per register)
  * need a conversion, a multiply and an FMA per row, token and block pair instead.
  *
- * The interleaved copy of a 16-row tile is built once per chunk of tokens and reused by all
- * of them; fewer tokens than IL_MIN_T do not pay for it and take the pair kernels. */
+ * Q4_0, Q5_0 and Q8_0 weights share the tile: each pack makes its quants unsigned bytes
+ * (w + 8, w + 16, w + 128), and the offset times the activations' block sum is subtracted.
+ * The interleaved copy of a 16-row tile is built once per call and reused by every token
+ * (kernels_avx2/il_gemm.h); fewer tokens than IL_MIN_T do not pay for it and take the one-row
+ * kernels. */
 #include "avx512.h"
 
 #define IL_ROWS 16
@@ -51,12 +54,28 @@ RLXC_INLINE __m512 gather_scales(const void *d, size_t stride, int nr) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
+/* Row bytes some blocks ahead of a pack: 16 rows read side by side are more streams than the
+ * hardware prefetcher keeps up with (+5-25% at T <= 32, where packing weighs most). Past the
+ * last row this only prefetches, which never faults. */
+RLXC_INLINE void prefetch_rows(const void *ahead, size_t stride, int nr) {
+    for (int r = 0; r < nr; r++) _mm_prefetch((const char *)ahead + r * stride, _MM_HINT_T0);
+}
+
+/* The packs below are written for any row count nr and instantiated twice: for full tiles
+ * (nr = IL_ROWS: the row loads and masks compile without tests) and for a partial last tile. */
+#define DEFINE_PACK(name, body)                                              \
+    static void name(il_block *dst, const void *rows, int nb, int nr) {      \
+        if (nr == IL_ROWS) body(dst, rows, nb, IL_ROWS);                     \
+        else body(dst, rows, nb, nr);                                        \
+    }
+
 /* Q4_0: raw qs dword g holds elements 4g..4g+3 in its low nibbles, 16+4g.. in its high ones. */
-static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
+RLXC_INLINE void pack_q4_0_rows(il_block *dst, const void *rows, int nb, int nr) {
     const block_q4_0 *w = rows;
     const size_t stride = (size_t)nb * sizeof(block_q4_0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int b = 0; b < nb; b++) {
+        prefetch_rows(&w[b + 8], stride, nr);
         __m512i z[4];
         for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
         transpose4x4_epi32(z);
@@ -67,12 +86,14 @@ static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
         dst[b].d = gather_scales(&w[b].d, stride, nr);
     }
 }
+DEFINE_PACK(pack_q4_0, pack_q4_0_rows)
 
 /* Q8_0: bytes made unsigned by flipping the sign bit (w + 128). */
-static void pack_q8_0(il_block *dst, const void *rows, int nb, int nr) {
+RLXC_INLINE void pack_q8_0_rows(il_block *dst, const void *rows, int nb, int nr) {
     const block_q8_0 *w = rows;
     const size_t stride = (size_t)nb * sizeof(block_q8_0);
     for (int b = 0; b < nb; b++) {
+        prefetch_rows(&w[b + 4], stride, nr);
         for (int h = 0; h < 2; h++) {
             __m512i z[4];
             for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs + 16 * h, stride, k, nr);
@@ -82,6 +103,37 @@ static void pack_q8_0(il_block *dst, const void *rows, int nb, int nr) {
         dst[b].d = gather_scales(&w[b].d, stride, nr);
     }
 }
+DEFINE_PACK(pack_q8_0, pack_q8_0_rows)
+
+/* Q5_0: the Q4_0 nibbles plus 16 where bit e of qh is set (element e), 0..31 (w + 16). Lane r
+ * of the gathered qh holds row r's; byte i of w[4h + j] is element 16h + 4j + i, i.e. bit
+ * 4 (j % 2) + i of qh byte 2h + j / 2, which a byte shuffle copies into all four bytes of the
+ * lane for a test against bit i of that nibble. */
+RLXC_INLINE void pack_q5_0_rows(il_block *dst, const void *rows, int nb, int nr) {
+    const block_q5_0 *w = rows;
+    const size_t stride = (size_t)nb * sizeof(block_q5_0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)stride));
+    const __m512i dword_base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C));
+    for (int b = 0; b < nb; b++) {
+        prefetch_rows(&w[b + 8], stride, nr);
+        __m512i z[4];
+        for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
+        transpose4x4_epi32(z);
+        /* 32-bit gathers at qh: the 4 bytes of the block's qh */
+        const __m512i qh = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), (__mmask16)((1u << nr) - 1), idx, w[b].qh, 1);
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++) {
+                const __m512i q = _mm512_and_si512(h ? _mm512_srli_epi32(z[j], 4) : z[j], m4);
+                const __m512i bytes = _mm512_shuffle_epi8(qh, _mm512_add_epi8(dword_base, _mm512_set1_epi8((char)(2 * h + j / 2))));
+                const __mmask64 fifth = _mm512_test_epi8_mask(bytes, _mm512_set1_epi32((int)(0x08040201u << (4 * (j % 2)))));
+                dst[b].w[4 * h + j] = _mm512_mask_add_epi8(q, fifth, q, sixteen);
+            }
+        dst[b].d = gather_scales(&w[b].d, stride, nr);
+    }
+}
+DEFINE_PACK(pack_q5_0, pack_q5_0_rows)
 
 typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
 
@@ -111,6 +163,12 @@ void rlxc_matmul_q4_0_avx512(float *y, int ldy, const block_q4_0 *w, const block
     if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q4_0), xq, N, K, T,
                                  pack_q4_0, 8))
         rlxc_matmul_q4_0_pairs_avx512(y, ldy, w, xq, N, K, T);
+}
+
+void rlxc_matmul_q5_0_avx512(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q5_0), xq, N, K, T,
+                                 pack_q5_0, 16))
+        rlxc_matmul_q5_0_rows_avx512(y, ldy, w, xq, N, K, T);
 }
 
 void rlxc_matmul_q8_0_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T) {

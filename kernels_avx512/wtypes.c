@@ -140,11 +140,12 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* Decode tiles of 4 rows; GEMM tiles of 4 rows x 3 tokens (32 registers). */
-RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
+/* Decode tiles of 4 rows; GEMM tiles of 4 rows x 3 tokens (32 registers). Q5_0 GEMMs of 8 or
+ * more tokens take the interleaved tiles of gemm.c instead. */
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_rows_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_avx512, block_q5_0, block_q8_0)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_rows_avx512, block_q5_0, block_q8_0)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k)
 

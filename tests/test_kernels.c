@@ -295,6 +295,7 @@ static void test_mat(result *out, const rlxc_kernels *k) {
             for (int b = 0; b < nK; b++)
                 for (int c = 0; c < LEN(Ts); c++) mat_case(rv, rm, k, kind, Ns[a], Ks[b] * qk, Ts[c]);
         mat_case(rv, rm, k, kind, 130, 4096, 1); /* decode-sized rows */
+        mat_case(rv, rm, k, kind, 200, 4096, 70); /* interleaved GEMMs: several row panels, the last partial */
     }
 }
 

@@ -174,6 +174,46 @@ def test_fork_child_can_use_rlxc():
     assert r.returncode == 0, r.stderr
 
 
+def test_fork_while_another_thread_grows_the_scratch():
+    """A thread keeps growing the pipeline's scratch (ever longer prefills) while the main thread
+    forks: each child, which inherits whatever state the scratch pointers were in, must still run
+    the pipeline and get the right answer (ensure_scratch publishes new buffers before freeing
+    the old). The window is a few instructions wide, so this samples it 60 times per run."""
+    code = textwrap.dedent("""
+        import os, sys, threading, numpy as np
+        sys.path.insert(0, %r)
+        from test_robustness import small_stack
+        import rlxc
+        pipe = rlxc.Pipeline(small_stack(hidden=128), 512, threads=1)
+        x = np.random.default_rng(0).standard_normal((4, 128)).astype(np.float32)
+        want = pipe.prefill(x)
+        stop = False
+        growing = [pipe]
+        def grow():
+            while not stop:
+                growing[0] = fresh = rlxc.Pipeline(pipe.layers, 512, threads=1)
+                for T in range(8, 512, 24):
+                    fresh.prefill(np.zeros((T, 128), np.float32))
+                    fresh.reset()
+        t = threading.Thread(target=grow)
+        t.start()
+        bad = 0
+        for _ in range(60):
+            pid = os.fork()
+            if pid == 0:  # the pipeline the thread was growing, in whatever state fork found it
+                child = growing[0]
+                child.reset()
+                os._exit(0 if np.array_equal(child.prefill(x), want) else 3)
+            _, status = os.waitpid(pid, 0)
+            bad += os.waitstatus_to_exitcode(status) != 0
+        stop = True
+        t.join()
+        sys.exit(bad)
+    """ % os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], timeout=300, capture_output=True, text=True)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+
+
 def test_field_conversion_callbacks_cannot_resurrect_freed_weights():
     """Setting a field converts the value first: user code in __float__/__bool__ that
     replaces weights or re-inits the layer must not leave dangling pointers behind."""

@@ -187,7 +187,10 @@ def test_matmul_equals_integer_dot_emulation(isa, wtype, case):
     # the integer parts are exact; only the float accumulation order differs per ISA
     assert np.all(np.abs(y - want) <= 1e-6 * bound + 1e-30), np.max(np.abs(y - want) / bound)
     np.testing.assert_array_equal(ops.matmul(x, b, wtype, threads=2), y)
-    np.testing.assert_array_equal(ops.matmul(x[0], b, wtype), y[0])
+    # decode takes other kernels than a GEMM of 8 or more tokens (the interleaved AVX-512 Q5_0
+    # tiles): same integers, another float summation order
+    y0 = ops.matmul(x[0], b, wtype)
+    assert np.all(np.abs(y0 - want[0]) <= 1e-6 * bound[0] + 1e-30), np.max(np.abs(y0 - want[0]) / bound[0])
 
 
 @pytest.mark.parametrize("wtype", QUANTIZED)
