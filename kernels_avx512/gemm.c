@@ -45,12 +45,17 @@ RLXC_INLINE __m512i load_rows16(const void *rows, size_t stride, int k, int nr) 
     return z;
 }
 
-/* Block scales of 16 rows (stride in bytes), rows >= nr as zero. */
-RLXC_INLINE __m512 gather_scales(const void *d, size_t stride, int nr) {
+/* The dwords at p + r * stride of 16 rows (stride in bytes), rows >= nr as zero. */
+RLXC_INLINE __m512i gather_rows16(const void *p, size_t stride, int nr) {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)stride));
-    /* 32-bit gathers at d + r * stride read 2 bytes past the scale, still inside the block */
-    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), (__mmask16)((1u << nr) - 1), idx, d, 1);
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), (__mmask16)((1u << nr) - 1), idx, p, 1);
+}
+
+/* Block scales of 16 rows, rows >= nr as zero. */
+RLXC_INLINE __m512 gather_scales(const void *d, size_t stride, int nr) {
+    /* the dwords at d read 2 bytes past the scale, still inside the block */
+    const __m512i g = gather_rows16(d, stride, nr);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
@@ -113,16 +118,13 @@ RLXC_INLINE void pack_q5_0_rows(il_block *dst, const void *rows, int nb, int nr)
     const block_q5_0 *w = rows;
     const size_t stride = (size_t)nb * sizeof(block_q5_0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)stride));
     const __m512i dword_base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C));
     for (int b = 0; b < nb; b++) {
         prefetch_rows(&w[b + 8], stride, nr);
         __m512i z[4];
         for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
         transpose4x4_epi32(z);
-        /* 32-bit gathers at qh: the 4 bytes of the block's qh */
-        const __m512i qh = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), (__mmask16)((1u << nr) - 1), idx, w[b].qh, 1);
+        const __m512i qh = gather_rows16(w[b].qh, stride, nr);
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++) {
                 const __m512i q = _mm512_and_si512(h ? _mm512_srli_epi32(z[j], 4) : z[j], m4);
