@@ -111,7 +111,11 @@ def test_hf_folder_errors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "mamba"}))
     with pytest.raises(NotImplementedError, match="mamba"):
         rlxc.load(tmp_path)
-    (tmp_path / "config.json").write_text("{not json")
+    for bad in ("{not json", "[1, 2]", "[" * 100_000 + "]" * 100_000):  # the last: RecursionError in json
+        (tmp_path / "config.json").write_text(bad)
+        with pytest.raises(ValueError, match="JSON"):
+            rlxc.load(tmp_path)
+    (tmp_path / "config.json").write_bytes(b'{"model_type": "\xff"}')
     with pytest.raises(ValueError, match="JSON"):
         rlxc.load(tmp_path)
     empty = tmp_path / "empty"

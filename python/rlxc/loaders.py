@@ -1004,10 +1004,12 @@ class _Checkpoint:
         files: list[str]
         if os.path.exists(index):
             try:
-                with open(index) as f:
+                with open(index, encoding="utf-8") as f:
                     wm = json.load(f)["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{index}: corrupt index ({e})") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError, TypeError) as e:
+                raise ValueError(f"{index}: corrupt index ({type(e).__name__}: {e})") from None
+            if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+                raise ValueError(f"{index}: corrupt index (weight_map must map tensor names to file names)")
             files = sorted(set(wm.values()))
         else:
             files = sorted(x for x in os.listdir(folder) if x.endswith(".safetensors"))
@@ -1046,10 +1048,12 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
         raise ValueError(f"weights must be 'f32', 'q4_0' or 'q8_0', got {weights!r}")
     cfg_path = os.path.join(folder, "config.json")
     try:
-        with open(cfg_path) as f:
+        with open(cfg_path, encoding="utf-8") as f:
             cfg_dict = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(cfg_dict, dict):
+        raise ValueError(f"{cfg_path}: not a JSON object")
     try:
         import transformers
     except ImportError:  # pragma: no cover

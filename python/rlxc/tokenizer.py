@@ -602,8 +602,8 @@ def _read_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             d = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: not valid JSON ({type(e).__name__}: {e})") from None
     return d if isinstance(d, dict) else {}
 
 
