@@ -1,19 +1,20 @@
 /* AVX-512 VNNI GEMM for many tokens: 16 weight rows are interleaved so that one int32 lane
  * holds one row. Then a block's whole dot product for 16 rows takes 8 vpdpbusd, each with
- * one 4-byte activation group broadcast from memory, and the block scales are applied once
- * per block and token for all 16 rows; the pair kernels of quant.c (one row per register)
- * need a conversion, a multiply and an FMA per row, token and block pair instead.
+ * one 4-byte activation group broadcast, and the block scales are applied once per block and
+ * token for all 16 rows; the pair kernels of quant.c (one row per register) need a
+ * conversion, a multiply and an FMA per row, token and block pair instead. A tile holds two
+ * such halves (32 rows), so that every broadcast serves two vpdpbusd.
  *
  * Q4_0, Q5_0 and Q8_0 weights share the tile: each pack makes its quants unsigned bytes
  * (w + 8, w + 16, w + 128), and the offset times the activations' block sum is subtracted.
- * The interleaved copy of a 16-row tile is built once per call and reused by every token
+ * The interleaved copy of a tile is built once per call and reused by every token
  * (kernels_avx2/il_gemm.h); fewer tokens than IL_MIN_T do not pay for it and take the one-row
  * kernels. */
 #include "avx512.h"
 
-#define IL_ROWS 16
-#define IL_C 16 /* tokens per register tile, */
-#define IL_C2 4 /* then per leftover tile */
+#define IL_ROWS 32 /* two halves of 16, */
+#define IL_C 6 /* tokens per register tile (16 weight + 12 accumulator registers), */
+#define IL_C2 2 /* then per leftover tile */
 #define IL_MIN_T 8
 
 /* One block of 16 interleaved rows: lane r of w[g] holds the 4 weight bytes of row r that
@@ -21,6 +22,12 @@
 typedef struct {
     __m512i w[8];
     __m512 d;
+} il_half;
+
+/* One block of 32 rows. With 16 (one vpdpbusd per broadcast) the broadcasts kept the load
+ * ports as busy as the dot products; two halves made the GEMM 1.3-1.5x faster at T >= 32. */
+typedef struct {
+    il_half h[2];
 } il_block;
 
 /* 4 x 4 transposes of dwords within each 128-bit lane: lane l of z[k] holding row 4l + k
@@ -66,60 +73,65 @@ RLXC_INLINE void prefetch_rows(const void *ahead, size_t stride, int nr) {
     for (int r = 0; r < nr; r++) _mm_prefetch((const char *)ahead + r * stride, _MM_HINT_T0);
 }
 
-/* The packs below are written for any row count nr and instantiated twice: for full tiles
- * (nr = IL_ROWS: the row loads and masks compile without tests) and for a partial last tile. */
-#define DEFINE_PACK(name, body)                                              \
-    static void name(il_block *dst, const void *rows, int nb, int nr) {      \
-        if (nr == IL_ROWS) body(dst, rows, nb, IL_ROWS);                     \
-        else body(dst, rows, nb, nr);                                        \
+/* The packs below fill half `half` of nb blocks from nr <= 16 rows (rows >= nr as zeros) and are
+ * instantiated for full halves (nr = 16: the row loads and masks compile without tests) and
+ * for the partial ones of a last tile. */
+#define DEFINE_PACK(name, body, wtype)                                                         \
+    static void name(il_block *dst, const void *rows, int nb, int nr) {                        \
+        for (int h = 0; h < 2; h++) {                                                          \
+            const int n = nr - 16 * h < 0 ? 0 : nr - 16 * h < 16 ? nr - 16 * h : 16;           \
+            const wtype *w = (const wtype *)rows + (size_t)16 * h * nb;                         \
+            if (n == 16) body(dst, h, w, nb, 16);                                              \
+            else body(dst, h, w, nb, n);                                                       \
+        }                                                                                      \
     }
 
 /* Q4_0: raw qs dword g holds elements 4g..4g+3 in its low nibbles, 16+4g.. in its high ones. */
-RLXC_INLINE void pack_q4_0_rows(il_block *dst, const void *rows, int nb, int nr) {
-    const block_q4_0 *w = rows;
+RLXC_INLINE void pack_q4_0_rows(il_block *blocks, int half, const block_q4_0 *w, int nb, int nr) {
     const size_t stride = (size_t)nb * sizeof(block_q4_0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int b = 0; b < nb; b++) {
+        il_half *dst = &blocks[b].h[half];
         prefetch_rows(&w[b + 8], stride, nr);
         __m512i z[4];
         for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
         transpose4x4_epi32(z);
         for (int g = 0; g < 4; g++) {
-            dst[b].w[g] = _mm512_and_si512(z[g], m4);
-            dst[b].w[4 + g] = _mm512_and_si512(_mm512_srli_epi32(z[g], 4), m4);
+            dst->w[g] = _mm512_and_si512(z[g], m4);
+            dst->w[4 + g] = _mm512_and_si512(_mm512_srli_epi32(z[g], 4), m4);
         }
-        dst[b].d = gather_scales(&w[b].d, stride, nr);
+        dst->d = gather_scales(&w[b].d, stride, nr);
     }
 }
-DEFINE_PACK(pack_q4_0, pack_q4_0_rows)
+DEFINE_PACK(pack_q4_0, pack_q4_0_rows, block_q4_0)
 
 /* Q8_0: bytes made unsigned by flipping the sign bit (w + 128). */
-RLXC_INLINE void pack_q8_0_rows(il_block *dst, const void *rows, int nb, int nr) {
-    const block_q8_0 *w = rows;
+RLXC_INLINE void pack_q8_0_rows(il_block *blocks, int half, const block_q8_0 *w, int nb, int nr) {
     const size_t stride = (size_t)nb * sizeof(block_q8_0);
     for (int b = 0; b < nb; b++) {
+        il_half *dst = &blocks[b].h[half];
         prefetch_rows(&w[b + 4], stride, nr);
         for (int h = 0; h < 2; h++) {
             __m512i z[4];
             for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs + 16 * h, stride, k, nr);
             transpose4x4_epi32(z);
-            for (int g = 0; g < 4; g++) dst[b].w[4 * h + g] = _mm512_xor_si512(z[g], _mm512_set1_epi8((char)0x80));
+            for (int g = 0; g < 4; g++) dst->w[4 * h + g] = _mm512_xor_si512(z[g], _mm512_set1_epi8((char)0x80));
         }
-        dst[b].d = gather_scales(&w[b].d, stride, nr);
+        dst->d = gather_scales(&w[b].d, stride, nr);
     }
 }
-DEFINE_PACK(pack_q8_0, pack_q8_0_rows)
+DEFINE_PACK(pack_q8_0, pack_q8_0_rows, block_q8_0)
 
 /* Q5_0: the Q4_0 nibbles plus 16 where bit e of qh is set (element e), 0..31 (w + 16). Lane r
  * of the gathered qh holds row r's; byte i of w[4h + j] is element 16h + 4j + i, i.e. bit
  * 4 (j % 2) + i of qh byte 2h + j / 2, which a byte shuffle copies into all four bytes of the
  * lane for a test against bit i of that nibble. */
-RLXC_INLINE void pack_q5_0_rows(il_block *dst, const void *rows, int nb, int nr) {
-    const block_q5_0 *w = rows;
+RLXC_INLINE void pack_q5_0_rows(il_block *blocks, int half, const block_q5_0 *w, int nb, int nr) {
     const size_t stride = (size_t)nb * sizeof(block_q5_0);
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     const __m512i dword_base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C));
     for (int b = 0; b < nb; b++) {
+        il_half *dst = &blocks[b].h[half];
         prefetch_rows(&w[b + 8], stride, nr);
         __m512i z[4];
         for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
@@ -130,33 +142,46 @@ RLXC_INLINE void pack_q5_0_rows(il_block *dst, const void *rows, int nb, int nr)
                 const __m512i q = _mm512_and_si512(h ? _mm512_srli_epi32(z[j], 4) : z[j], m4);
                 const __m512i bytes = _mm512_shuffle_epi8(qh, _mm512_add_epi8(dword_base, _mm512_set1_epi8((char)(2 * h + j / 2))));
                 const __mmask64 fifth = _mm512_test_epi8_mask(bytes, _mm512_set1_epi32((int)(0x08040201u << (4 * (j % 2)))));
-                dst[b].w[4 * h + j] = _mm512_mask_add_epi8(q, fifth, q, sixteen);
+                dst->w[4 * h + j] = _mm512_mask_add_epi8(q, fifth, q, sixteen);
             }
-        dst[b].d = gather_scales(&w[b].d, stride, nr);
+        dst->d = gather_scales(&w[b].d, stride, nr);
     }
 }
-DEFINE_PACK(pack_q5_0, pack_q5_0_rows)
+DEFINE_PACK(pack_q5_0, pack_q5_0_rows, block_q5_0)
 
 typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
 
-/* 16 rows x C tokens: y[t * ldy + r] for r < nr. bias[t * nb + b] = -weight_bias * sum of
+/* 32 rows x C tokens: y[t * ldy + r] for r < nr. bias[t * nb + b] = -weight_offset * sum of
  * token t's block b, dx its scale. */
 RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const int32_t *bias,
                          const float *dx, int nb, int nr, const int C) {
-    __m512 acc[IL_C];
-    RLXC_UNROLL for (int t = 0; t < C; t++) acc[t] = _mm512_setzero_ps();
+    __m512 acc[2][IL_C];
+    RLXC_UNROLL for (int t = 0; t < C; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m512i w[8];
-        RLXC_UNROLL for (int g = 0; g < 8; g++) w[g] = _mm512_load_si512(&wp[b].w[g]);
+        __m512i w[2][8];
+        RLXC_UNROLL for (int g = 0; g < 8; g++) {
+            w[0][g] = _mm512_load_si512(&wp[b].h[0].w[g]);
+            w[1][g] = _mm512_load_si512(&wp[b].h[1].w[g]);
+        }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             const unaligned_i32 *q = (const unaligned_i32 *)x[(size_t)t * nb + b].qs;
-            __m512i s = _mm512_set1_epi32(bias[t * nb + b]);
-            RLXC_UNROLL for (int g = 0; g < 8; g++) s = _mm512_dpbusd_epi32(s, w[g], _mm512_set1_epi32(q[g]));
-            const __m512 scale = _mm512_mul_ps(wp[b].d, _mm512_set1_ps(dx[t * nb + b]));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+            __m512i s0 = _mm512_set1_epi32(bias[t * nb + b]), s1 = s0;
+            RLXC_UNROLL for (int g = 0; g < 8; g++) {
+                const __m512i xg = _mm512_set1_epi32(q[g]);
+                s0 = _mm512_dpbusd_epi32(s0, w[0][g], xg);
+                s1 = _mm512_dpbusd_epi32(s1, w[1][g], xg);
+            }
+            const __m512 d = _mm512_set1_ps(dx[t * nb + b]);
+            acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(wp[b].h[0].d, d), acc[0][t]);
+            acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(wp[b].h[1].d, d), acc[1][t]);
         }
     }
-    RLXC_UNROLL for (int t = 0; t < C; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy, (__mmask16)((1u << nr) - 1), acc[t]);
+    const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    RLXC_UNROLL for (int t = 0; t < C; t++) {
+        _mm512_mask_storeu_ps(y + (size_t)t * ldy, m0, acc[0][t]);
+        _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16, m1, acc[1][t]);
+    }
 }
 
 #include "../kernels_avx2/il_gemm.h"
