@@ -9,15 +9,19 @@
   looked-up rows are dequantized per call) and a tied lm_head multiplies the quantized table in
   place. Only llama's q/k matrices are copied: llama.cpp stores them with rows permuted for its
   interleaved RoPE, and they are put back in Hugging Face order (halves) for the engine.
-  Architectures: llama, qwen2, qwen3, gemma, gemma2, gemma3, starcoder2, phi3. Gemma norms in GGUF
-  already hold ``1 + w`` (llama.cpp's converter adds the 1), so they run with offset 0.
+  Architectures: llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma4, starcoder2, phi3. Gemma 1-3
+  norms in GGUF already hold ``1 + w`` (llama.cpp's converter adds the 1), so they run with offset
+  0; Gemma 4's are plain weights. Gemma 4 (dense; MoE raises) maps as llama.cpp's
+  llama_model_gemma4 reads it: ``*_swa`` keys for the sliding layers, proportional RoPE on the
+  full ones from rope_freqs.weight, K/V sharing, K as V where attn_v is absent, per-layer
+  embeddings, layer_output_scale as ``layer_scalar``, a final cap of 30 when the key is absent.
 * a **Hugging Face checkpoint folder** (``config.json`` + ``*.safetensors``, sharded or not): the
   safetensors files are parsed here too (bf16/f16/f32, without torch), the config goes through
   ``transformers``' config class and :func:`rlxc.hf.layer_fields` (the same mapping as
   :func:`rlxc.from_hf`), and the matrices are quantized at load to ``weights`` (default "q4_0").
 
 ``rlxc.save(model, "out.gguf")`` writes a GGUF that llama.cpp loads (llama, qwen2, qwen3, gemma,
-gemma2, gemma3, starcoder2, phi3 layouts), with the stored quantized bytes as they are.
+gemma2, gemma3, gemma4, starcoder2, phi3 layouts), with the stored quantized bytes as they are.
 
 Errors: a file that is not GGUF / safetensors, truncated or corrupt raises ``ValueError``; an
 architecture, tensor type or feature that rlxc cannot run raises ``NotImplementedError`` naming it.
@@ -455,11 +459,13 @@ def _meta_value(v: Any, kind: type, key: str, source: str, array: bool = False) 
 # ============================================================================ GGUF -> per-layer fields
 
 #: GGUF architectures rlxc maps to per-layer fields
-GGUF_ARCHS = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "starcoder2", "phi3")
+GGUF_ARCHS = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma4", "starcoder2", "phi3")
 _RMSNORM, _LAYERNORM = 0, 1
 _GATED, _STANDARD = 0, 1
 _SILU, _GELU_TANH = 0, 1
-_GEMMAS = ("gemma", "gemma2", "gemma3")
+_PREFIX, _PROPORTIONAL = 0, 1
+_GEMMAS = ("gemma", "gemma2", "gemma3")  # norms stored as 1 + w (Gemma 4's are stored as they are)
+_SQRT_EMBED = _GEMMAS + ("gemma4",)  # embeddings scaled by sqrt(hidden) (in float32, as llama.cpp does)
 
 # per-layer GGUF tensor suffix -> rlxc slot ("" suffix is the .weight)
 _BLK = {
@@ -480,6 +486,25 @@ _BLK = {
 _SLOT_TO_BLK = {v: k for k, v in _BLK.items() if not v.startswith("qkv")}
 _MODEL_TENSORS = ("token_embd.weight", "output_norm.weight", "output_norm.bias", "output.weight",
                   "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# Gemma 4: exactly the tensors llama.cpp's llama_model_gemma4 loads for a dense model (no biases,
+# no fused q/k/v), the per-layer-embedding ones included. blk.N.layer_output_scale.weight (one
+# value) is the layer_scalar field, not a weight; rope_freqs.weight marks the pairs that the
+# full-attention layers rotate (see _gemma4_rope_freqs).
+_GEMMA4_BLK = {
+    "attn_norm.weight": "attn_norm", "attn_q.weight": "q_proj", "attn_k.weight": "k_proj",
+    "attn_v.weight": "v_proj", "attn_output.weight": "o_proj", "attn_q_norm.weight": "q_norm",
+    "attn_k_norm.weight": "k_norm", "post_attention_norm.weight": "attn_post_norm",
+    "ffn_norm.weight": "ffn_norm", "post_ffw_norm.weight": "ffn_post_norm", "ffn_gate.weight": "gate_proj",
+    "ffn_up.weight": "up_proj", "ffn_down.weight": "down_proj",
+    "inp_gate.weight": "ple_gate", "proj.weight": "ple_proj", "post_norm.weight": "ple_norm",
+}
+_GEMMA4_SLOT_TO_BLK = {v: k for k, v in _GEMMA4_BLK.items()}
+_GEMMA4_SCALAR = "layer_output_scale.weight"
+_GEMMA4_MODEL_TENSORS = ("token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight",
+                         "per_layer_token_embd.weight", "per_layer_model_proj.weight", "per_layer_proj_norm.weight")
+# convert_hf_to_gguf.py's rope_freqs value for the pairs that Gemma 4's proportional RoPE leaves
+# unrotated: ggml divides the angle by it, which makes the rotation the identity in float32
+_UNROTATED = 1e30
 
 
 class _KV:
@@ -510,6 +535,8 @@ def _swa_layers(kv: _KV, arch: str, n_layers: int) -> list[bool]:
         if len(pat) != n_layers:
             raise ValueError(f"{kv.path}: {arch}.{key} has {len(pat)} entries for {n_layers} layers")
         return [bool(p) for p in pat]
+    if arch == "gemma4":  # llama.cpp's gemma4 requires the per-layer array
+        raise ValueError(f"{kv.path}: gemma4 needs {arch}.{key} as one bool per layer")
     if arch == "gemma2":
         n = 2
     elif arch == "gemma3":
@@ -589,11 +616,81 @@ def gguf_layer_fields(g: GGUFFile, i: int, max_seq: int | None = None) -> dict[s
             f["attn_softcap"] = kv.get("attn_logit_softcapping", float, 50.0)
         if arch == "gemma3" and f["sliding_window"]:
             f["rope_base"] = kv.get("rope.freq_base_swa", float, 10000.0)
+    elif arch == "gemma4":
+        f.update(_gemma4_fields(g, kv, i, L, f))
     elif arch == "starcoder2":
         f.update(norm_type=_LAYERNORM, ffn_type=_STANDARD, activation=_GELU_TANH)
     elif arch == "phi3":
         pass  # llama.cpp runs Phi-3 without its sliding window (hparams: "Phi SWA is currently disabled")
     return f
+
+
+def _gemma4_fields(g: GGUFFile, kv: _KV, i: int, L: int, f: Mapping[str, Any]) -> dict[str, Any]:
+    """Gemma 4 fields of layer ``i`` as llama.cpp's llama_model_gemma4 reads them, over the
+    generic ones in ``f``. The generic keys (key_length, rope.freq_base, rope.dimension_count)
+    describe the full-attention layers, the ``*_swa`` keys the sliding ones. Norms are stored as
+    they are (the converter adds no 1), the attention scale is 1, V is RMS-normalized without a
+    weight, and a layer without attn_v uses K as V (``attention_k_eq_v``)."""
+    pattern = _swa_layers(kv, "gemma4", L)
+    swa = pattern[i]
+    out: dict[str, Any] = dict(activation=_GELU_TANH, sandwich_norm=1, attn_scale=1.0,
+                               ple_dim=kv.get("embedding_length_per_layer_input", int))
+    if _rope_scaling(kv, f["rotary_dim"])[1] != "none":
+        raise NotImplementedError(f"{g.path}: gemma4 with rope scaling (llama.cpp's converter writes none)")
+    if swa:
+        hd = kv.get("attention.key_length_swa", int)
+        if kv.get("attention.value_length_swa", int) != hd:
+            raise NotImplementedError(f"{g.path}: gemma4 key_length_swa != value_length_swa")
+        rd = kv.get("rope.dimension_count_swa", int, f["rotary_dim"])  # llama.cpp's default: the full layers'
+        if rd > hd or rd % 2:
+            raise ValueError(f"{g.path}: gemma4 rope.dimension_count_swa {rd} vs key_length_swa {hd}")
+        out.update(head_dim=hd, rotary_dim=rd, rope_layout=_PREFIX,
+                   rope_base=kv.get("rope.freq_base_swa", float, f["rope_base"]),
+                   sliding_window=kv.get("attention.sliding_window", int))
+    else:
+        if f["rotary_dim"] != f["head_dim"]:
+            raise NotImplementedError(f"{g.path}: gemma4 full-attention layers with rope.dimension_count "
+                                      f"{f['rotary_dim']} != key_length {f['head_dim']}")
+        out.update(rotary_dim=2 * _gemma4_rope_freqs(g, f["head_dim"]).size, rope_layout=_PROPORTIONAL)
+    # K/V sharing: the last shared_kv_layers layers reuse the cache of layer
+    # L - shared - (2 if sliding else 1), llama.cpp's rule (it assumes the layers before end sliding, full)
+    first = L - kv.get("attention.shared_kv_layers", int, 0)
+    if not 0 <= first <= L:
+        raise ValueError(f"{g.path}: gemma4.attention.shared_kv_layers = {L - first} for {L} layers")
+    src = -1
+    if i >= first:
+        src = first - (2 if swa else 1)
+        if src < 0 or pattern[src] != swa:
+            raise NotImplementedError(f"{g.path}: gemma4 layer {i} would share the K/V of layer {src}, which is "
+                                      "not of its attention type (llama.cpp's sharing rule)")
+    pre = f"blk.{i}."
+    out.update(kv_shared_from=src, has_v_norm=int(src < 0),
+               v_from_k=int(src < 0 and pre + "attn_v.weight" not in g))
+    if pre + _GEMMA4_SCALAR in g:
+        scalar = g.array(pre + _GEMMA4_SCALAR).reshape(-1)
+        if scalar.size != 1:
+            raise ValueError(f"{g.path}: {pre + _GEMMA4_SCALAR} has {scalar.size} values, expected 1")
+        out["layer_scalar"] = float(scalar[0])
+    return out
+
+
+def _gemma4_rope_freqs(g: GGUFFile, head_dim: int) -> np.ndarray:
+    """Divisors of the pairs that Gemma 4's full-attention layers rotate, from rope_freqs.weight.
+
+    The converter writes 1 for the first ``partial_rotary_factor * head_dim / 2`` pairs and
+    ``_UNROTATED`` for the rest (ggml's NeoX RoPE over the whole head, the angle of pair k being
+    ``pos * base**(-2k / head_dim) / factor[k]``). Those trailing pairs are dropped here: rlxc's
+    proportional layout rotates pairs ``(k, k + head_dim/2)`` for k < rotary_dim/2 with the same
+    angles, and leaves the others as they are."""
+    if "rope_freqs.weight" not in g:
+        raise ValueError(f"{g.path}: gemma4 full-attention layers need the tensor 'rope_freqs.weight'")
+    ff = g.array("rope_freqs.weight").reshape(-1)
+    if ff.size != head_dim // 2:
+        raise ValueError(f"{g.path}: rope_freqs.weight has {ff.size} values, head dim {head_dim} needs {head_dim // 2}")
+    n = ff.size
+    while n and ff[n - 1] >= _UNROTATED:
+        n -= 1
+    return ff[:n]
 
 
 def _arch(g: GGUFFile) -> tuple[str, _KV, int]:
@@ -639,18 +736,22 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
     if max_seq is None:
         max_seq = min(ctx, 4096)
     supported = engine_wtypes()
-    known = set(_MODEL_TENSORS)
+    gemma4 = arch == "gemma4"
+    blk = _GEMMA4_BLK if gemma4 else _BLK
+    known = set(_GEMMA4_MODEL_TENSORS if gemma4 else _MODEL_TENSORS)
     for name in g.tensors:
         if name in known:
             continue
         parts = name.split(".", 2)
-        if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < L and parts[2] in _BLK:
+        if (len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < L
+                and (parts[2] in blk or gemma4 and parts[2] == _GEMMA4_SCALAR)):
             continue
         raise NotImplementedError(f"{g.path}: tensor {name!r} ({arch}) is not supported by rlxc")
 
-    # model-level RoPE factors (llama3 rope_freqs; phi3 longrope short/long)
+    # model-level RoPE factors (llama3 rope_freqs; phi3 longrope short/long; Gemma 4's rope_freqs
+    # belongs to its full-attention layers only, see below)
     freq_factors = None
-    if "rope_freqs.weight" in g:
+    if "rope_freqs.weight" in g and not gemma4:
         freq_factors = g.array("rope_freqs.weight").astype(np.float32)
     attn_factor = 1.0
     if "rope_factors_short.weight" in g or "rope_factors_long.weight" in g:
@@ -683,7 +784,7 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
         pre = f"blk.{i}."
         types: dict[str, str] = {}
         hd, nq, nkv = f["head_dim"], f["num_q_heads"], f["num_kv_heads"]
-        for suffix, slot in _BLK.items():
+        for suffix, slot in blk.items():
             name = pre + suffix
             if name not in g:
                 continue
@@ -725,7 +826,12 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
                     layer.set_weight("gate_proj.bias", np.ascontiguousarray(vec[:inter]))
                     vec = vec[inter:]
                 layer.set_weight(slot, np.ascontiguousarray(vec, np.float32))
-        if freq_factors is not None:
+        if gemma4:
+            if f["rope_layout"] == _PROPORTIONAL:
+                rotated = _gemma4_rope_freqs(g, f["head_dim"])
+                if np.any(rotated != 1.0):
+                    layer.set_weight("rope_freq_factors", rotated)
+        elif freq_factors is not None:
             if freq_factors.size != f["rotary_dim"] // 2:
                 raise ValueError(f"{g.path}: RoPE factors have {freq_factors.size} entries, rotary dim "
                                  f"{f['rotary_dim']} needs {f['rotary_dim'] // 2}")
@@ -737,7 +843,7 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
                 layer.set_weight("rope_freq_factors", ff)  # gemma3: linear scaling on full layers only
         missing = [s for s in layer.used_weights() if layer.weight_type(s) is None]
         if missing:
-            names = [pre + _SLOT_TO_BLK.get(s, s) for s in missing]
+            names = [pre + (_GEMMA4_SLOT_TO_BLK if gemma4 else _SLOT_TO_BLK).get(s, s) for s in missing]
             raise ValueError(f"{g.path}: layer {i} lacks {', '.join(names)}")
         layers.append(layer)
         wtypes.append(types)
@@ -771,11 +877,14 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
                                   f"cannot multiply in place; pass weights='q8_0' to convert at load")
     norm_b = g.array("output_norm.bias") if "output_norm.bias" in g else None
     parts: dict[str, Any] = dict(
-        embed_scale=float(np.float32(math.sqrt(H))) if arch in _GEMMAS else 1.0,
+        embed_scale=float(np.float32(math.sqrt(H))) if arch in _SQRT_EMBED else 1.0,
         norm_type=_LAYERNORM if arch == "starcoder2" else _RMSNORM,
         norm_weight=g.array("output_norm.weight") if "output_norm.weight" in g else None,
         norm_bias=norm_b, norm_eps=float(layers[0].eps) if layers else 1e-6, norm_offset=0.0,
-        final_softcap=kv.get("final_logit_softcapping", float, 30.0 if arch == "gemma2" else 0.0),
+        # absent key: llama.cpp's default cap of 30 (Gemma 4's converter writes the key only when
+        # the config has a cap, so a Gemma 4 file without it still runs capped in llama.cpp)
+        final_softcap=kv.get("final_logit_softcapping", float, 30.0 if arch in ("gemma2", "gemma4") else 0.0),
+        ple=_gemma4_ple(g, kv, L, H, layers) if gemma4 else None,
     )
     if parts["norm_weight"] is None:
         raise ValueError(f"{g.path}: missing tensor 'output_norm.weight'")
@@ -796,6 +905,24 @@ def _gguf_model(g: GGUFFile, weights: str | None, threads: int | None, max_seq: 
 _MATRIX = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "ple_gate", "ple_proj")
 
 
+def _gemma4_ple(g: GGUFFile, kv: _KV, L: int, H: int, layers: list) -> dict[str, Any] | None:
+    """Gemma 4 per-layer-embedding tables (:attr:`rlxc.Model.ple`), None when
+    embedding_length_per_layer_input is 0. The [vocab, L * P] token table stays as stored (rows
+    dequantized per lookup); the model projection is dequantized. The constants are llama.cpp's
+    (build_inp_per_layer / project_per_layer_inputs): sqrt(P), 1/sqrt(hidden), 1/sqrt(2)."""
+    P = kv.get("embedding_length_per_layer_input", int)
+    if P == 0:
+        return None
+    for name, want in (("per_layer_token_embd.weight", (L * P, g.info("token_embd.weight").rows)),
+                       ("per_layer_model_proj.weight", (H, L * P)), ("per_layer_proj_norm.weight", (P,))):
+        if g.info(name).shape != want:
+            raise ValueError(f"{g.path}: {name} has shape {g.info(name).shape}, expected {want}")
+    return dict(embed=g.matrix("per_layer_token_embd.weight"), embed_scale=float(np.float32(math.sqrt(P))),
+                proj=g.array("per_layer_model_proj.weight"), proj_scale=float(np.float32(1.0 / math.sqrt(H))),
+                norm=g.array("per_layer_proj_norm.weight"), eps=float(layers[0].eps), input_scale=2.0 ** -0.5,
+                num_layers=L, dim=P)
+
+
 def _rlxc_layer(fields: Mapping[str, Any]) -> Any:
     from . import Layer
     return Layer(**dict(fields))
@@ -809,11 +936,20 @@ _HF_CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Con
                "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM")}
 
 
+def _hf_arch(g: GGUFFile) -> tuple[str, _KV, int]:
+    """:func:`_arch` for the GGUF -> transformers helpers, which cover the archs of _HF_CLASSES."""
+    arch, kv, L = _arch(g)
+    if arch not in _HF_CLASSES:
+        raise NotImplementedError(f"{g.path}: no GGUF -> transformers mapping for {arch} here "
+                                  "(compare against its Hugging Face checkpoint instead)")
+    return arch, kv, L
+
+
 def gguf_hf_config(g: GGUFFile) -> tuple[str, str, dict[str, Any]]:
     """``(config class, model class, kwargs)``: the transformers (5.17) config that describes the
     same network as a GGUF file, as llama.cpp runs it (e.g. for checking rlxc against HF on the
     file's dequantized weights: see :func:`gguf_hf_state_dict`)."""
-    arch, kv, L = _arch(g)
+    arch, kv, L = _hf_arch(g)
     f0 = gguf_layer_fields(g, 0)
     fs = [gguf_layer_fields(g, i) for i in range(L)]
     for key in ("num_q_heads", "num_kv_heads", "head_dim", "intermediate_size"):
@@ -870,7 +1006,7 @@ def gguf_hf_config(g: GGUFFile) -> tuple[str, str, dict[str, Any]]:
 def gguf_hf_state_dict(g: GGUFFile) -> dict[str, np.ndarray]:
     """transformers parameter name -> float32 array of a GGUF file's tensors (dequantized;
     llama q/k rows put back in HF order; Gemma norms minus the 1 llama.cpp's converter added)."""
-    arch, kv, L = _arch(g)
+    arch, kv, L = _hf_arch(g)
     gemma = arch in _GEMMAS
     sd: dict[str, np.ndarray] = {"model.embed_tokens.weight": g.array("token_embd.weight"),
                                  "model.norm.weight": g.array("output_norm.weight") - (1.0 if gemma else 0.0)}
@@ -1316,57 +1452,22 @@ def _layer_tensor(layer: Any, slot: str) -> tuple[np.ndarray, int, tuple[int, ..
     return raw, _TYPE_ID[t.upper()], (shape[1], shape[0])
 
 
-def save(model: Any, path: str | os.PathLike) -> None:
-    """Write ``model`` as a GGUF file llama.cpp can load, the stored (quantized) bytes as they are.
+def _uniform(layers: list, field: str) -> Any:
+    """The value of ``field`` if every layer has the same, else the list of per-layer values."""
+    vals = [getattr(lay, field) for lay in layers]
+    return vals[0] if all(v == vals[0] for v in vals) else vals
 
-    Layouts: llama (with q/k rows permuted back to llama.cpp's interleaved RoPE order), qwen2,
-    qwen3, gemma, gemma2, gemma3 (norm weights written as ``offset + w``, which is what llama.cpp
-    expects), starcoder2, phi3 (separate q/k/v and gate/up tensors). The tokenizer: the GGUF keys
-    the model was loaded with, else built from ``model.tokenizer`` (SentencePiece-style or
-    byte-level BPE), else a placeholder vocabulary. Raises NotImplementedError when a layer's
-    fields cannot be expressed in that architecture's GGUF keys.
-    """
-    path = os.fspath(path)
-    arch = getattr(model, "arch", None)
-    if arch not in GGUF_ARCHS:
-        raise NotImplementedError(f"rlxc.save: architecture {arch!r} cannot be written as GGUF "
-                                  f"(supported: {', '.join(GGUF_ARCHS)})")
-    layers = list(model.layers)
-    L = len(layers)
-    if L == 0:
-        raise ValueError("rlxc.save: the model has no layers")
-    l0 = layers[0]
-    H = int(model.hidden_size)
-    w = _Writer()
-    w.add("general.architecture", arch)
-    w.add("general.name", str(model.name))
-    w.add("general.quantization_version", 2)
-    ctx = int(model.metadata.get("gguf", {}).get(f"{arch}.context_length", model.max_seq) or model.max_seq)
-    a = lambda k, v, t=None: w.add(f"{arch}.{k}", v, t)  # noqa: E731
-    a("context_length", ctx)
-    a("embedding_length", H)
-    a("block_count", L)
 
-    def uniform(field: str) -> Any:
-        vals = [getattr(lay, field) for lay in layers]
-        return vals[0] if all(v == vals[0] for v in vals) else vals
-
-    def scalar_or_array(key: str, field: str) -> None:
-        v = uniform(field)
-        if isinstance(v, list):
-            a(key, [int(x) for x in v], 9)
-        else:
-            a(key, int(v))
-
-    scalar_or_array("feed_forward_length", "intermediate_size")
-    scalar_or_array("attention.head_count", "num_q_heads")
-    scalar_or_array("attention.head_count_kv", "num_kv_heads")
-    hd = uniform("head_dim")
+def _hparams(w: _Writer, a: Any, arch: str, model: Any, layers: list, ctx: int) -> None:
+    """The architecture keys (and RoPE factor tensors) of every arch but gemma4, for :func:`save`.
+    ``a(key, value, type)`` adds ``{arch}.{key}``."""
+    L, l0, H = len(layers), layers[0], int(model.hidden_size)
+    hd = _uniform(layers, "head_dim")
     if isinstance(hd, list):
         raise NotImplementedError("rlxc.save: layers with different head_dim")
     a("attention.key_length", int(hd))
     a("attention.value_length", int(hd))
-    rd = uniform("rotary_dim")
+    rd = _uniform(layers, "rotary_dim")
     if isinstance(rd, list):
         raise NotImplementedError("rlxc.save: layers with different rotary_dim")
     a("rope.dimension_count", int(rd))
@@ -1448,6 +1549,140 @@ def save(model: Any, path: str | os.PathLike) -> None:
     elif ff is not None:
         w.tensor("rope_freqs.weight", ff, 0, (ff.size,))
 
+
+def _gemma4_hparams(w: _Writer, a: Any, model: Any, layers: list) -> None:
+    """Gemma 4 keys and its model-level tensors (rope_freqs, per-layer embeddings) for
+    :func:`save`, as llama.cpp's converter writes them: the generic keys describe the
+    full-attention layers, the ``*_swa`` keys the sliding ones. Raises NotImplementedError for a
+    model that llama.cpp's llama_model_gemma4 would run differently."""
+    L, H = len(layers), int(model.hidden_size)
+    swa = [bool(lay.sliding_window) for lay in layers]
+    if not any(swa):
+        raise NotImplementedError("rlxc.save: gemma4 without sliding-window layers (llama.cpp's gemma4 needs some)")
+
+    def one(field: str, sliding: bool) -> Any:
+        """The value of ``field`` on the sliding (or full-attention) layers, which must agree."""
+        vals = {getattr(lay, field) for lay, s in zip(layers, swa) if s == sliding}
+        if len(vals) > 1:
+            kind = "sliding" if sliding else "full-attention"
+            raise NotImplementedError(f"rlxc.save: gemma4 {kind} layers with different {field} ({sorted(vals)})")
+        return vals.pop() if vals else None
+
+    # what llama_model_gemma4 hard-codes, per layer
+    fixed = dict(norm_type=_RMSNORM, ffn_type=_GATED, activation=_GELU_TANH, sandwich_norm=1, has_qk_norm=1,
+                 attn_scale=1.0, attn_softcap=0.0, rope_attn_factor=1.0)
+    first = L - sum(lay.kv_shared_from >= 0 for lay in layers)
+    for i, lay in enumerate(layers):
+        wrong = [f"{k}={getattr(lay, k)}" for k, v in fixed.items() if getattr(lay, k) != v]
+        if any(slot.endswith(".bias") for slot in lay.used_weights()):
+            wrong.append("biases")
+        if lay.kv_shared_from < 0 and not lay.has_v_norm:
+            wrong.append("has_v_norm=0")
+        # llama.cpp shares K/V in the last layers only, from layer first - (2 if sliding else 1)
+        if (lay.kv_shared_from >= 0) != (i >= first) or i >= first and lay.kv_shared_from != first - (2 if swa[i] else 1):
+            wrong.append(f"kv_shared_from={lay.kv_shared_from}")
+        if swa[i] and (int(lay.rope_layout) != _PREFIX or lay.weight_type("rope_freq_factors")):
+            wrong.append("sliding layer with proportional RoPE or RoPE factors")
+        if not swa[i] and int(lay.rope_layout) != _PROPORTIONAL and lay.rotary_dim != lay.head_dim:
+            wrong.append("full-attention layer with partial prefix RoPE")
+        if wrong:
+            raise NotImplementedError(f"rlxc.save: gemma4 layer {i}: {', '.join(wrong)} (not what llama.cpp's "
+                                      "gemma4 runs)")
+    eps = _uniform(layers, "eps")
+    P = _uniform(layers, "ple_dim")
+    if isinstance(eps, list) or isinstance(P, list):
+        raise NotImplementedError("rlxc.save: gemma4 layers with different eps or ple_dim")
+    hd_swa, hd_full = one("head_dim", True), one("head_dim", False)
+    a("attention.sliding_window_pattern", swa, 9)
+    a("attention.sliding_window", int(one("sliding_window", True)))
+    a("attention.key_length", int(hd_full or hd_swa))
+    a("attention.value_length", int(hd_full or hd_swa))
+    a("attention.key_length_swa", int(hd_swa))
+    a("attention.value_length_swa", int(hd_swa))
+    a("attention.layer_norm_rms_epsilon", float(eps))
+    a("attention.shared_kv_layers", L - first)
+    a("rope.freq_base_swa", float(one("rope_base", True)))
+    a("rope.dimension_count_swa", int(one("rotary_dim", True)))
+    a("rope.dimension_count", int(hd_full or hd_swa))
+    a("embedding_length_per_layer_input", int(P))
+    a("final_logit_softcapping", float(model.final_softcap))  # written even when 0: absent means 30
+    if hd_full is not None:
+        a("rope.freq_base", float(one("rope_base", False)))
+        # one rope_freqs tensor for all full layers: the rotated pairs' divisors, then _UNROTATED
+        angles = int(one("rotary_dim", False)) // 2
+        rotated = [lay.weight("rope_freq_factors") if lay.weight_type("rope_freq_factors") else np.ones(angles)
+                   for lay, s in zip(layers, swa) if not s]
+        if any(not np.array_equal(r, rotated[0]) for r in rotated):
+            raise NotImplementedError("rlxc.save: gemma4 full-attention layers with different RoPE factors")
+        ff = np.concatenate([rotated[0], np.full(hd_full // 2 - angles, _UNROTATED)]).astype(np.float32)
+        w.tensor("rope_freqs.weight", ff, 0, (ff.size,))
+    ple = model.ple
+    if (ple is not None) != (P > 0):
+        raise NotImplementedError(f"rlxc.save: gemma4 layers with ple_dim {P} and model.ple {'set' if ple else 'None'}")
+    if ple is None:
+        return
+    # llama.cpp's constants (build_inp_per_layer / project_per_layer_inputs)
+    want = dict(embed_scale=math.sqrt(P), proj_scale=H ** -0.5, input_scale=2 ** -0.5, eps=float(eps))
+    off = [k for k, v in want.items() if abs(ple[k] - v) > 1e-6 * v] + (["num_layers"] if ple["num_layers"] != L else [])
+    if off:
+        raise NotImplementedError(f"rlxc.save: gemma4 per-layer-embedding {', '.join(off)} differ from llama.cpp's")
+    from .model import QuantMatrix
+    emb = ple["embed"]
+    if isinstance(emb, QuantMatrix):
+        w.tensor("per_layer_token_embd.weight", emb.data, _TYPE_ID[emb.wtype.upper()], (emb.cols, emb.shape[0]))
+    else:
+        w.tensor("per_layer_token_embd.weight", np.asarray(emb, np.float32), 0, (L * P, len(emb)))
+    w.tensor("per_layer_model_proj.weight", np.asarray(ple["proj"], np.float32), 0, (H, L * P))
+    w.tensor("per_layer_proj_norm.weight", np.asarray(ple["norm"], np.float32), 0, (P,))
+
+
+def save(model: Any, path: str | os.PathLike) -> None:
+    """Write ``model`` as a GGUF file llama.cpp can load, the stored (quantized) bytes as they are.
+
+    Layouts: llama (with q/k rows permuted back to llama.cpp's interleaved RoPE order), qwen2,
+    qwen3, gemma, gemma2, gemma3 (norm weights written as ``offset + w``, which is what llama.cpp
+    expects), gemma4 (as llama.cpp's converter writes it, see :func:`_gemma4_hparams`), starcoder2,
+    phi3 (separate q/k/v and gate/up tensors). The tokenizer: the GGUF keys
+    the model was loaded with, else built from ``model.tokenizer`` (SentencePiece-style or
+    byte-level BPE), else a placeholder vocabulary. Raises NotImplementedError when a layer's
+    fields cannot be expressed in that architecture's GGUF keys.
+    """
+    path = os.fspath(path)
+    arch = getattr(model, "arch", None)
+    if arch not in GGUF_ARCHS:
+        raise NotImplementedError(f"rlxc.save: architecture {arch!r} cannot be written as GGUF "
+                                  f"(supported: {', '.join(GGUF_ARCHS)})")
+    layers = list(model.layers)
+    L = len(layers)
+    if L == 0:
+        raise ValueError("rlxc.save: the model has no layers")
+    H = int(model.hidden_size)
+    w = _Writer()
+    w.add("general.architecture", arch)
+    w.add("general.name", str(model.name))
+    w.add("general.quantization_version", 2)
+    ctx = int(model.metadata.get("gguf", {}).get(f"{arch}.context_length", model.max_seq) or model.max_seq)
+    a = lambda k, v, t=None: w.add(f"{arch}.{k}", v, t)  # noqa: E731
+    a("context_length", ctx)
+    a("embedding_length", H)
+    a("block_count", L)
+
+    def scalar_or_array(key: str, field: str) -> None:
+        v = _uniform(layers, field)
+        if isinstance(v, list):
+            a(key, [int(x) for x in v], 9)
+        else:
+            a(key, int(v))
+
+    scalar_or_array("feed_forward_length", "intermediate_size")
+    scalar_or_array("attention.head_count", "num_q_heads")
+    scalar_or_array("attention.head_count_kv", "num_kv_heads")
+    if arch == "gemma4":
+        _gemma4_hparams(w, a, model, layers)
+    else:
+        _hparams(w, a, arch, model, layers, ctx)
+    gemma = arch in _GEMMAS
+
     from .model import QuantMatrix
     emb = model.embed
     if isinstance(emb, QuantMatrix):
@@ -1471,9 +1706,10 @@ def save(model: Any, path: str | os.PathLike) -> None:
             w.tensor("output.weight", lm, 0, (lm.shape[1], lm.shape[0]))
         else:
             w.tensor("output.weight", lm, _TYPE_ID[model.lm_head_type.upper()], (H, model.lm_vocab))
-    if gemma and model.embed_scale != 1.0 and abs(model.embed_scale - math.sqrt(H)) > 1e-3 * math.sqrt(H):
+    sqrt_embed = arch in _SQRT_EMBED
+    if sqrt_embed and model.embed_scale != 1.0 and abs(model.embed_scale - math.sqrt(H)) > 1e-3 * math.sqrt(H):
         raise NotImplementedError(f"rlxc.save: embed_scale {model.embed_scale} (llama.cpp uses sqrt(hidden))")
-    if not gemma and model.embed_scale != 1.0:
+    if not sqrt_embed and model.embed_scale != 1.0:
         raise NotImplementedError(f"rlxc.save: embed_scale on {arch}")
 
     for i, lay in enumerate(layers):
@@ -1505,7 +1741,7 @@ def save(model: Any, path: str | os.PathLike) -> None:
             if got is None:
                 raise ValueError(f"rlxc.save: layer {i} has no {slot}")
             data, tid, shape = got
-            name = _SLOT_TO_BLK.get(slot)
+            name = (_GEMMA4_SLOT_TO_BLK if arch == "gemma4" else _SLOT_TO_BLK).get(slot)
             if name is None:
                 raise NotImplementedError(f"rlxc.save: weight {slot} has no GGUF name")
             if slot in ("attn_norm", "ffn_norm", "attn_post_norm", "ffn_post_norm") and off:
@@ -1515,6 +1751,8 @@ def save(model: Any, path: str | os.PathLike) -> None:
             if arch == "llama" and slot in ("q_proj", "k_proj", "q_proj.bias", "k_proj.bias"):
                 data = _permute_rows(data, lay.num_q_heads if slot.startswith("q") else lay.num_kv_heads)
             w.tensor(pre + name, data, tid, shape)
+        if arch == "gemma4":  # the converter writes every layer's layer_scalar buffer
+            w.tensor(pre + _GEMMA4_SCALAR, np.array([lay.layer_scalar], np.float32), 0, (1,))
 
     _write_tokenizer(w, model)
     w.write(path)
