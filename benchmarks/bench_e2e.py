@@ -4,7 +4,8 @@ PyTorch (transformers, float32 and bfloat16), measured side by side in one run.
 
     python benchmarks/bench_e2e.py --threads 1 2 --reps 5
 
-Prints a markdown table (medians of --reps runs; ratios rlxc / other), writes
+Prints a markdown table (medians of --reps runs, rlxc and llama.cpp taking turns in each
+repetition; ratios rlxc / other), writes
 benchmarks/out/e2e.json and benchmarks/out/e2e.png. Also checks that rlxc and llama.cpp agree
 on the logits of the prompt's last token (both multiply Q4_0 weights by Q8_0 activations).
 """
@@ -27,12 +28,19 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
 
 def median_time(fn, reps: int) -> float:
-    times = []
+    return median_times([fn], reps)[0]
+
+
+def median_times(fns, reps: int) -> list[float]:
+    """Median seconds of each function, the functions run in turn in every repetition so that
+    load from other jobs on the machine hits them alike."""
+    times = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 def build_hf(args):
@@ -49,7 +57,8 @@ def build_hf(args):
     return model
 
 
-def bench_rlxc(model, ids, n_decode, threads, reps):
+def rlxc_runs(model, ids, n_decode, threads):
+    """rlxc's prefill and decode at that thread count, warmed up."""
     model.threads = threads
     pipe = model.pipeline
     pipe.threads = threads
@@ -67,7 +76,7 @@ def bench_rlxc(model, ids, n_decode, threads, reps):
             tok = int(np.argmax(model.decode(tok)))
 
     prefill()
-    return median_time(prefill, reps), median_time(decode, reps)
+    return prefill, decode
 
 
 def llama_last_logits(llm) -> np.ndarray:
@@ -77,7 +86,8 @@ def llama_last_logits(llm) -> np.ndarray:
     return np.ctypeslib.as_array(p, shape=(llm.n_vocab(),)).copy()
 
 
-def bench_llama(path, ids, n_decode, threads, reps, n_ctx):
+def llama_runs(path, ids, n_decode, threads, n_ctx):
+    """llama.cpp's prefill and decode on the GGUF at that thread count, warmed up, and the model."""
     from llama_cpp import Llama
 
     llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=len(ids),
@@ -96,7 +106,7 @@ def bench_llama(path, ids, n_decode, threads, reps, n_ctx):
             tok = int(np.argmax(llama_last_logits(llm)))
 
     prefill()
-    return median_time(prefill, reps), median_time(decode, reps), llm
+    return prefill, decode, llm
 
 
 def bench_torch(hf, ids, n_decode, threads, reps, dtype):
@@ -153,8 +163,10 @@ def main() -> None:
 
     rows = []
     for t in args.threads:
-        r_pre, r_dec = bench_rlxc(model, ids, args.decode, t, args.reps)
-        l_pre, l_dec, llm = bench_llama(path, ids, args.decode, t, args.reps, n_ctx)
+        r_prefill, r_decode = rlxc_runs(model, ids, args.decode, t)
+        l_prefill, l_decode, llm = llama_runs(path, ids, args.decode, t, n_ctx)
+        r_pre, l_pre = median_times([r_prefill, l_prefill], args.reps)
+        r_dec, l_dec = median_times([r_decode, l_decode], args.reps)
         row = dict(threads=t, rlxc_prefill=args.prompt / r_pre, rlxc_decode=args.decode / r_dec,
                    llama_prefill=args.prompt / l_pre, llama_decode=args.decode / l_dec,
                    rlxc_decode_gbs=weight_bytes * args.decode / r_dec / 1e9,

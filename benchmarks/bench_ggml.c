@@ -11,19 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../csrc/kernels.h"
+#include "bench_util.h"
 
 typedef void (*ggml_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
 
 static double min_seconds = 0.5;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 /* Best seconds per call over repeated calls lasting min_seconds in all. */
 static double best_time(void (*fn)(void *), void *arg) {

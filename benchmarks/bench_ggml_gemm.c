@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <omp.h>
 
@@ -26,17 +25,12 @@
 #include "ggml.h"
 
 #include "../csrc/kernels.h"
+#include "bench_util.h"
 
 enum { N = 4096, K = 4096, NB = K / RLXC_QK, MAX_REPS = 64 };
 
 static int n_threads = 1, reps = 7;
 static double min_seconds = 0.2;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 typedef struct {
     const rlxc_kernels *k;
@@ -76,16 +70,6 @@ static double per_call(void (*fn)(run_arg *), run_arg *a) {
     return dt / calls;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double rel_diff(const float *a, const float *b, size_t n) {
     double d = 0, m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -115,16 +99,6 @@ static struct ggml_tensor *weight_in(ggml_backend_buffer_type_t buft, const void
     *buf = ggml_backend_alloc_ctx_tensors_from_buft(*ctx, buft);
     ggml_backend_tensor_set(t, w, 0, ggml_nbytes(t)); /* CPU_REPACK repacks here */
     return t;
-}
-
-static void *random_bytes(size_t n, uint64_t s) {
-    uint8_t *p = malloc(n);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        p[i] = (uint8_t)s;
-    }
-    return p;
 }
 
 int main(int argc, char **argv) {
@@ -161,7 +135,7 @@ int main(int argc, char **argv) {
            "max |diff| / max |y| (repack, plain)");
     for (int i = 0; i < n_T; i++) {
         const int T = Ts[i];
-        float *x = random_bytes((size_t)T * K * sizeof(float), 1234567ull + T);
+        float *x = random_bytes((size_t)T * K * sizeof(float), 1); /* filled below */
         for (size_t j = 0; j < (size_t)T * K; j++) x[j] = sinf(0.37f * (float)j) * (1.0f + (j % 61 == 0) * 10.0f);
         struct ggml_init_params p = {8 * ggml_tensor_overhead() + 2 * ggml_graph_overhead(), NULL, true};
         struct ggml_context *ctx = ggml_init(p);

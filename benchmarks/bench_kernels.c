@@ -2,7 +2,7 @@
  * cache, next to the read bandwidth of a plain streaming sum over the same bytes, and Q4_0
  * GEMM GFLOP/s at N = K = 4096.
  *
- *   bench_kernels [-t threads] [-s seconds] [isa ...]   (default: every ISA the CPU runs)
+ *   bench_kernels [-t threads] [-s seconds] [-r rounds] [isa ...]   (default: every ISA the CPU runs)
  *
  * With -t > 1 (OpenMP) the rows are split the way the engine splits them: each thread calls
  * the kernel on one contiguous row range, with w and y offset. Portable C; the ISA code is
@@ -10,22 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "../csrc/kernels.h"
+#include "bench_util.h"
 
-static int n_threads = 1;
+static int n_threads = 1, rounds = 5;
 static double min_seconds = 0.3;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 static size_t llc_bytes(void) {
     for (int idx = 4; idx >= 0; idx--) {
@@ -113,20 +107,9 @@ static void q4_matmul(void *a_) {
     }
 }
 
-static void *random_bytes(size_t n) {
-    uint8_t *p = malloc(n);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
-    uint64_t s = 88172645463325252ull;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        p[i] = (uint8_t)s;
-    }
-    return p;
-}
-
 /* Random blocks with sane fp16 scales (random bytes there could be inf/NaN). */
 static void *random_blocks(size_t n_blocks, size_t block_size) {
-    uint8_t *p = random_bytes(n_blocks * block_size);
+    uint8_t *p = random_bytes(n_blocks * block_size, 88172645463325252ull);
     for (size_t i = 0; i < n_blocks; i++) {
         const rlxc_fp16 d = rlxc_f32_to_fp16(0.01f + (float)(i % 97) * 1e-4f);
         memcpy(p + i * block_size, &d, sizeof d);
@@ -153,11 +136,16 @@ static void bench_isa(const char *isa) {
         const int N = (int)((sizes_mib[s] << 20) / row_bytes);
         const size_t bytes = (size_t)N * row_bytes;
         mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), xq, malloc((size_t)N * sizeof(float)), N, K, 1};
-        const double t_mv = time_per_call(q4_matvec, &m);
         stream_arg st = {(const uint64_t *)m.w, bytes / 8, 0};
-        const double t_st = time_per_call(stream_sum, &st);
-        printf("%6zu MiB %8d x %d %12.1f %12.1f %7.2f\n", sizes_mib[s], N, K, bytes / t_mv * 1e-9, bytes / t_st * 1e-9,
-               t_st / t_mv);
+        /* matvec and stream take turns, so that the host's bandwidth, which varies by 2x within
+         * minutes on a shared VM, is the same for both: medians of the rounds, and of the ratios */
+        double mv[64], sr[64], ratio[64];
+        for (int r = 0; r < rounds; r++) {
+            const double t_mv = time_per_call(q4_matvec, &m), t_st = time_per_call(stream_sum, &st);
+            mv[r] = bytes / t_mv * 1e-9, sr[r] = bytes / t_st * 1e-9, ratio[r] = t_st / t_mv;
+        }
+        printf("%6zu MiB %8d x %d %12.1f %12.1f %7.2f\n", sizes_mib[s], N, K, median(mv, rounds), median(sr, rounds),
+               median(ratio, rounds));
         free((void *)m.w);
         free(m.y);
     }
@@ -182,9 +170,11 @@ int main(int argc, char **argv) {
     int n_isas = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_seconds = atof(argv[++i]);
         else if (n_isas < 8) isas[n_isas++] = argv[i];
     }
+    if (rounds < 1 || rounds > 64) rounds = 5;
 #ifndef _OPENMP
     if (n_threads != 1) {
         fprintf(stderr, "built without OpenMP: -t ignored\n");
