@@ -40,8 +40,85 @@ RLXC_INLINE void rlxc_neon_prefetch(const void *p, const size_t n) {
     for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
 
+/* R x C register tile of a float product whose weights are wtype, widened exactly to floats by
+ * load4 (4 at a time) and to_f32: every weight vector loaded serves C tokens, every activation
+ * vector R rows. The K % 4 tail goes through a scalar loop after the lane sums. */
+#define RLXC_NEON_DEFINE_FLOAT_TILE(name, wtype, load4, to_f32)                                                 \
+    RLXC_INLINE void name(float *y, int ldy, const wtype *w, const float *x, int K, const int R, const int C) { \
+        float32x4_t acc[TILE_MAX][TILE_MAX];                                                                    \
+        for (int r = 0; r < R; r++)                                                                             \
+            for (int t = 0; t < C; t++) acc[r][t] = vdupq_n_f32(0.0f);                                          \
+        int k = 0;                                                                                              \
+        for (; k + 4 <= K; k += 4) {                                                                            \
+            float32x4_t xv[TILE_MAX];                                                                           \
+            for (int t = 0; t < C; t++) xv[t] = vld1q_f32(x + (size_t)t * K + k);                               \
+            for (int r = 0; r < R; r++) {                                                                       \
+                const float32x4_t wv = load4(w + (size_t)r * K + k);                                            \
+                for (int t = 0; t < C; t++) acc[r][t] = vfmaq_f32(acc[r][t], wv, xv[t]);                        \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int r = 0; r < R; r++)                                                                             \
+            for (int t = 0; t < C; t++) {                                                                       \
+                float s = vaddvq_f32(acc[r][t]);                                                                \
+                for (int j = k; j < K; j++) s += to_f32(w[(size_t)r * K + j]) * x[(size_t)t * K + j];           \
+                y[(size_t)t * ldy + r] = s;                                                                     \
+            }                                                                                                   \
+    }
+
+/* The quants of the block types as int8 in element order, 16 per vector: the integer dots
+ * multiply them with the activations' int8 quants, the dequantizers scale them. Offsets are
+ * removed (signed quants) except Q4_K's 0..15, whose offset is the mins term. */
+
+RLXC_INLINE void rlxc_neon_q8_0_quants(const block_q8_0 *b, int8x16_t q[2]) {
+    q[0] = vld1q_s8(b->qs);
+    q[1] = vld1q_s8(b->qs + 16);
+}
+
+/* q - 8: low nibbles are elements 0..15, high nibbles 16..31 */
+RLXC_INLINE void rlxc_neon_q4_0_quants(const block_q4_0 *b, int8x16_t q[2]) {
+    const uint8x16_t v = vld1q_u8(b->qs);
+    q[0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+    q[1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+}
+
+/* q - 16: the nibbles as Q4_0, the fifth bit of element j is bit j of qh, i.e. bit j % 8 of
+ * byte j / 8, found by testing each lane's byte against its own bit. */
+RLXC_INLINE void rlxc_neon_q5_0_quants(const block_q5_0 *b, int8x16_t q[2]) {
+    const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull)); /* lane l: 1 << l % 8 */
+    const uint8x16_t v = vld1q_u8(b->qs);
+    const uint8x16_t nib[2] = {vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8(v, 4)};
+    for (int i = 0; i < 2; i++) {
+        const uint8x16_t h = vcombine_u8(vdup_n_u8(b->qh[2 * i]), vdup_n_u8(b->qh[2 * i + 1]));
+        const uint8x16_t fifth = vandq_u8(vtstq_u8(h, bit), vdupq_n_u8(0x10));
+        q[i] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib[i], fifth)), vdupq_n_s8(16));
+    }
+}
+
+/* Elements 64i .. 64i+64 (sub-blocks 2i, 2i+1), 0..15: q[0..2) the low nibbles of qs[32i ..
+ * 32i+32), q[2..4) the high ones. */
+RLXC_INLINE void rlxc_neon_q4_k_quants(const block_q4_k *b, const int i, int8x16_t q[4]) {
+    for (int h = 0; h < 2; h++) {
+        const uint8x16_t v = vld1q_u8(b->qs + 32 * i + 16 * h);
+        q[h] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+        q[2 + h] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+    }
+}
+
+/* Elements 32v .. 32v+32 (v = 4h + k, sub-blocks 2v, 2v+1), q - 32: the low 4 bits from ql,
+ * the top 2 from bits 2k, 2k+1 of qh (layout in kernels.h), shifted to bits 4, 5 by 4 - 2k
+ * (a negative USHL count shifts right). */
+RLXC_INLINE void rlxc_neon_q6_k_quants(const block_q6_k *b, const int v, int8x16_t q[2]) {
+    const int h = v / 4, k = v % 4;
+    for (int i = 0; i < 2; i++) {
+        const uint8x16_t l = vld1q_u8(b->ql + 64 * h + 32 * (k & 1) + 16 * i);
+        const uint8x16_t lo = k >= 2 ? vshrq_n_u8(l, 4) : vandq_u8(l, vdupq_n_u8(0x0F));
+        const uint8x16_t top = vshlq_u8(vld1q_u8(b->qh + 32 * h + 16 * i), vdupq_n_s8((int8_t)(4 - 2 * k)));
+        q[i] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vandq_u8(top, vdupq_n_u8(0x30)))), vdupq_n_s8(32));
+    }
+}
+
 /* Kernels shared by both tables (plain ARMv8.0 NEON). */
-/* Block types x float activations: scalar dequantizers, NEON f32 dots (f32.c). */
+/* Block types x float activations: NEON dequantizers (wtypes.c), NEON f32 dots (f32.c). */
 void rlxc_matvec_fx_q4_0_neon(float *y, const block_q4_0 *w, const float *x, int N, int K);
 void rlxc_matvec_fx_q8_0_neon(float *y, const block_q8_0 *w, const float *x, int N, int K);
 void rlxc_matvec_fx_q5_0_neon(float *y, const block_q5_0 *w, const float *x, int N, int K);
@@ -61,16 +138,41 @@ void rlxc_mul_neon(float *y, const float *a, const float *b, int n);
 void rlxc_add_neon(float *y, const float *a, int n);
 void rlxc_scale_neon(float *y, float s, int n);
 void rlxc_softcap_neon(float *y, float cap, int n);
+/* The other weight types (wtypes.c): F16 / BF16 products, the Q8_K activation quantizer and
+ * the dequantizers, bit-identical with their scalar twins. */
+void rlxc_matvec_f16_neon(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
+void rlxc_matmul_f16_neon(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
+void rlxc_matvec_bf16_neon(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
+void rlxc_matmul_bf16_neon(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
+void rlxc_quantize_row_q8_k_neon(block_q8_k *y, const float *x, int K);
+void rlxc_dequantize_row_q4_0_neon(float *y, const block_q4_0 *x, int K);
+void rlxc_dequantize_row_q8_0_neon(float *y, const block_q8_0 *x, int K);
+void rlxc_dequantize_row_q5_0_neon(float *y, const block_q5_0 *x, int K);
+void rlxc_dequantize_row_q4_k_neon(float *y, const block_q4_k *x, int K);
+void rlxc_dequantize_row_q6_k_neon(float *y, const block_q6_k *x, int K);
 
 /* Quantized products: the plain table's integer dots use SMULL + SADALP (quant.c), the dotprod
- * table's SDOT (quant_dotprod.c); both come from the template qmat.h. */
+ * table's SDOT (quant_dotprod.c); both come from the templates qmat.h (Q8_0 activations) and
+ * kqmat.h (Q8_K activations). */
 void rlxc_matvec_q4_0_neon(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q4_0_neon(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q8_0_neon(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q8_0_neon(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q5_0_neon(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q5_0_neon(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q4_k_neon(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q4_k_neon(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
+void rlxc_matvec_q6_k_neon(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q6_k_neon(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
 void rlxc_matvec_q4_0_neon_dotprod(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q4_0_neon_dotprod(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
 void rlxc_matvec_q8_0_neon_dotprod(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
 void rlxc_matmul_q8_0_neon_dotprod(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q5_0_neon_dotprod(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
+void rlxc_matmul_q5_0_neon_dotprod(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matvec_q4_k_neon_dotprod(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q4_k_neon_dotprod(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
+void rlxc_matvec_q6_k_neon_dotprod(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
+void rlxc_matmul_q6_k_neon_dotprod(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
 
 #endif

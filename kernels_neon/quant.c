@@ -1,5 +1,5 @@
 /* NEON activation quantization to Q8_0, and the quantized products of the plain table
- * (ARMv8.0: no dotprod). */
+ * (ARMv8.0: no dotprod), from the templates qmat.h and kqmat.h. */
 #include "neon.h"
 
 /* Bit-identical with rlxc_quantize_row_q8_0: FMAXNM is fmaxf, d and id are the reference's
@@ -28,16 +28,14 @@ void rlxc_quantize_row_q8_0_neon(block_q8_0 *y, const float *x, int K) {
     }
 }
 
-/* The 32-term int8 dot in plain ARMv8.0: SMULL/SMULL2 widen 8 products to int16 (each at
+/* The 16-term int8 dot in plain ARMv8.0: SMULL/SMULL2 widen 8 products to int16 (each at
  * most 128 * 128, no overflow), SADALP adds adjacent pairs into the int32 lanes. */
-RLXC_INLINE int32x4_t dot32_smull(int32x4_t acc, int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
-    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
-    acc = vpadalq_s16(acc, vmull_high_s8(w0, x0));
-    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
-    acc = vpadalq_s16(acc, vmull_high_s8(w1, x1));
-    return acc;
+RLXC_INLINE int32x4_t dot16_smull(int32x4_t acc, int8x16_t w, int8x16_t x) {
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+    return vpadalq_s16(acc, vmull_high_s8(w, x));
 }
 
 #define QMAT_NAME(f) f##_neon
-#define QMAT_DOT32 dot32_smull
+#define QMAT_DOT16 dot16_smull
 #include "qmat.h"
+#include "kqmat.h"

@@ -7,17 +7,16 @@
 #include <sys/auxv.h>
 #endif
 
-#include "../csrc/kernels_ref.h"
 #include "neon.h"
 
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20) /* <asm/hwcap.h>; older headers lack it */
 #endif
 
-/* The two tables differ only in their quantized products; the other weight types have no NEON
- * versions yet. */
-#define NEON_TABLE(q) \
-    RLXC_KERNEL_TABLE("neon", neon, q, rlxc_quantize_row_q8_0_neon, scalar, scalar, rlxc_quantize_row_q8_k, scalar, neon, neon)
+/* The two tables differ only in their quantized products (groups q and wq). */
+#define NEON_TABLE(q)                                                                                     \
+    RLXC_KERNEL_TABLE("neon", neon, q, rlxc_quantize_row_q8_0_neon, q, neon, rlxc_quantize_row_q8_k_neon, \
+                      neon, neon, neon)
 
 static const rlxc_kernels plain = NEON_TABLE(neon);
 static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod);
