@@ -162,11 +162,15 @@ RLXC_INLINE __m512 float16(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8
 RLXC_INLINE __m512 mul16(__m128i q, const float *x) { return _mm512_mul_ps(float16(q), _mm512_loadu_ps(x)); }
 
 /* acc + d * (q . x) for 32 signed quants in element order. */
-RLXC_INLINE __m512 fma32(__m512 acc, __m256i q, const float *x, float d) {
+RLXC_INLINE __m512 fma32(__m512 acc, __m256i q, const float *x, __m512 d) {
     const __m512 p = _mm512_fmadd_ps(float16(_mm256_extracti128_si256(q, 1)), _mm512_loadu_ps(x + 16),
                                      mul16(_mm256_castsi256_si128(q), x));
-    return _mm512_fmadd_ps(p, _mm512_set1_ps(d), acc);
+    return _mm512_fmadd_ps(p, d, acc);
 }
+
+/* An fp16 block scale in every lane: a word broadcast from memory and one conversion, instead
+ * of a scalar conversion and a broadcast. */
+RLXC_INLINE __m512 scale16(const rlxc_fp16 *d) { return _mm512_cvtph_ps(_mm256_set1_epi16((short)*d)); }
 
 /* Each row sums into ACCS independent accumulators (one FMA chain would be latency-bound),
  * added at the end. */
@@ -190,7 +194,7 @@ RLXC_INLINE __m512 fma32(__m512 acc, __m256i q, const float *x, float d) {
         for (int b0 = 0; b0 < nb; b0 += ACCS)                                                             \
             RLXC_UNROLL for (int i = 0; i < ACCS; i++)                                                    \
                 if (b0 + i < nb)                                                                          \
-                    acc[i] = fma32(acc[i], quants(&w[b0 + i]), x + RLXC_QK * (b0 + i), rlxc_h2f(w[b0 + i].d)); \
+                    acc[i] = fma32(acc[i], quants(&w[b0 + i]), x + RLXC_QK * (b0 + i), scale16(&w[b0 + i].d)); \
     }
 
 RLXC_INLINE __m256i q4_0_signed(const block_q4_0 *b) {
@@ -214,7 +218,7 @@ RLXC_INLINE void row_q4_k(__m512 acc[ACCS], const block_q4_k *w, const float *x,
                 const int j = 2 * i + h;
                 const float *xj = x + 32 * j;
                 __m512 *a = &acc[j % ACCS];
-                *a = fma32(*a, _mm512_extracti64x4_epi64(q, h), xj, d * (float)sm[j]);
+                *a = fma32(*a, _mm512_extracti64x4_epi64(q, h), xj, _mm512_set1_ps(d * (float)sm[j]));
                 *a = _mm512_fnmadd_ps(_mm512_add_ps(_mm512_loadu_ps(xj), _mm512_loadu_ps(xj + 16)),
                                       _mm512_set1_ps(dmin * (float)sm[8 + j]), *a);
             }
