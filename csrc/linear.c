@@ -31,11 +31,11 @@ static size_t act_row_bytes(act_format f, int K) {
     }
 }
 
-size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads) {
+size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads, rlxc_act act) {
     const size_t a = act_row_bytes(ACT_Q8_0, cols), b = act_row_bytes(ACT_Q8_K, cols);
-    const size_t q8 = (size_t)T * (a > b ? a : b);
-    const size_t f32 = (size_t)n_threads * DQ_ROWS * (size_t)cols * sizeof(float);
-    return q8 > f32 ? q8 : f32;
+    if (act == RLXC_ACT_Q8) return (size_t)T * (a > b ? a : b);
+    /* decode takes the fused matvecs, which need no scratch */
+    return T > 1 ? (size_t)(n_threads > 1 ? n_threads : 1) * DQ_ROWS * (size_t)cols * sizeof(float) : 0;
 }
 
 /* Rows [n0, n0 + n) of a block-quantized W as floats, n <= DQ_ROWS. */
@@ -57,15 +57,16 @@ static void dequantize_rows(float *out, const rlxc_weight *w, int n0, int n) {
     }
 }
 
-/* Rows [n0, n1) of y = x W^T; xa is x itself for float activations, else x quantized. dq,
- * DQ_ROWS rows of floats, is set when block-quantized rows meet float activations: decode takes
- * the fused matvecs, more tokens the f32 GEMM on rows dequantized DQ_ROWS at a time. */
-static void linear_rows(float *y, const rlxc_weight *w, const void *xa, int T, int n0, int n1, float *dq) {
+/* Rows [n0, n1) of y = x W^T; xa is x itself for float activations, else x quantized. With
+ * dequantize (block-quantized rows meeting float activations) decode takes the fused matvecs,
+ * more tokens the f32 GEMM on rows dequantized DQ_ROWS at a time into dq. */
+static void linear_rows(float *y, const rlxc_weight *w, const void *xa, int T, int n0, int n1, int dequantize,
+                        float *dq) {
     const rlxc_kernels *kn = rlxc_kernels_active();
     const int N = w->rows, K = w->cols, n = n1 - n0;
     if (n <= 0) return;
     const void *wo = (const char *)w->data + (size_t)n0 * rlxc_wtype_row_bytes(w->type, K);
-    if (dq && T == 1) {
+    if (dequantize && T == 1) {
         switch (w->type) {
         case RLXC_Q4_0: kn->matvec_fx_q4_0(y + n0, wo, xa, n, K); break;
         case RLXC_Q5_0: kn->matvec_fx_q5_0(y + n0, wo, xa, n, K); break;
@@ -76,7 +77,7 @@ static void linear_rows(float *y, const rlxc_weight *w, const void *xa, int T, i
         }
         return;
     }
-    if (dq) {
+    if (dequantize) {
         for (int r0 = n0; r0 < n1; r0 += DQ_ROWS) {
             const int r = n1 - r0 < DQ_ROWS ? n1 - r0 : DQ_ROWS;
             dequantize_rows(dq, w, r0, r);
@@ -116,7 +117,7 @@ void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_th
     const void *xa = f == ACT_FLOAT ? (const void *)x : scratch;
     const int nth = rlxc_threads_usable(n_threads < N ? n_threads : N);
     if (nth == 1) {
-        linear_rows(y, w, xa, T, 0, N, dequantize ? scratch : NULL);
+        linear_rows(y, w, xa, T, 0, N, dequantize, scratch);
         return;
     }
 #pragma omp parallel num_threads(nth)
@@ -126,11 +127,12 @@ void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_th
 #else
         const int ith = 0, nt = 1;
 #endif
-        /* contiguous row ranges, multiples of 16 so SIMD row tiles stay whole */
+        /* contiguous row ranges, multiples of 16 so that the 16-row SIMD tiles stay whole (the
+         * AVX-512 GEMMs' 32- and 48-row tiles may end in a partial one per thread) */
         const int chunk = ((N + nt - 1) / nt + 15) / 16 * 16;
         const int n0 = ith * chunk < N ? ith * chunk : N;
         const int n1 = n0 + chunk < N ? n0 + chunk : N;
-        float *dq = dequantize ? (float *)scratch + (size_t)ith * DQ_ROWS * K : NULL;
-        linear_rows(y, w, xa, T, n0, n1, dq);
+        float *dq = dequantize && T > 1 ? (float *)scratch + (size_t)ith * DQ_ROWS * K : NULL;
+        linear_rows(y, w, xa, T, n0, n1, dequantize, dq);
     }
 }

@@ -173,7 +173,7 @@ static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
         in = in > F ? in : F;
         if ((int)in > max_in) max_in = (int)in;
     }
-    const size_t need = per_tok * (size_t)T, need_xq = rlxc_linear_scratch_bytes(max_in, T, p->n_threads);
+    const size_t need = per_tok * (size_t)T, need_xq = rlxc_linear_scratch_bytes(max_in, T, p->n_threads, p->act);
     /* New buffers are published before the old ones are freed, and capacities only after: a
      * fork() from another thread at any point leaves the child valid pointers (a call in the
      * child sees at worst a smaller capacity and grows again). The fences keep the compiler

@@ -134,10 +134,10 @@ int rlxc_layer_check(const rlxc_layer *l, char *err);
 typedef enum { RLXC_ACT_Q8 = 0, RLXC_ACT_F32 = 1 } rlxc_act;
 
 /* y[T][w->rows] = x[T][w->cols] W^T with rows split over n_threads. scratch holds
- * rlxc_linear_scratch_bytes(cols, T, n_threads) bytes: x quantized once per call (RLXC_ACT_Q8),
+ * rlxc_linear_scratch_bytes(cols, T, n_threads, act) bytes: x quantized once per call (RLXC_ACT_Q8),
  * or each thread's dequantized rows (RLXC_ACT_F32). */
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *scratch, rlxc_act act);
-size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads);
+size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads, rlxc_act act);
 /* Inverse frequencies of the layer's rotary_dim/2 pairs (base, layout, freq factors). */
 void rlxc_rope_inv_freq(const rlxc_layer *l, float *inv);
 /* cos and sin (times rope_attn_factor) of each pair at pos, from rlxc_rope_inv_freq's output. */

@@ -21,7 +21,7 @@ RLXC_INLINE void f32_tile(float *y, int ldy, const float *w, const float *x, int
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             float s = rlxc_hsum256(acc[r][t]);
             for (int j = k; j < K; j++) s += w[r * K + j] * x[t * K + j];
-            y[t * ldy + r] = s;
+            y[(size_t)t * ldy + r] = s;
         }
 }
 
@@ -33,13 +33,13 @@ void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int
     int t = 0;
     for (; t + GM_C <= T; t += GM_C) {
         int n = 0;
-        for (; n + GM_R <= N; n += GM_R) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, GM_R, GM_C);
-        for (; n < N; n++) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, 1, GM_C);
+        for (; n + GM_R <= N; n += GM_R) f32_tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, GM_R, GM_C);
+        for (; n < N; n++) f32_tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, 1, GM_C);
     }
     for (; t < T; t++) {
         int n = 0;
-        for (; n + MV_R <= N; n += MV_R) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, MV_R, 1);
-        for (; n < N; n++) f32_tile(y + t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, 1, 1);
+        for (; n + MV_R <= N; n += MV_R) f32_tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, MV_R, 1);
+        for (; n < N; n++) f32_tile(y + (size_t)t * ldy + n, ldy, w + (size_t)n * K, x + (size_t)t * K, K, 1, 1);
     }
 }
 

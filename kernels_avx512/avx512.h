@@ -5,7 +5,7 @@
 
 #include "../kernels_avx2/avx2.h"
 
-/* f32 GEMM on transposed 16-row panels (f32.c). */
+/* f32 GEMM on transposed 48-row panels (f32.c); decode forwards to the AVX2 matvec. */
 void rlxc_matvec_f32_avx512(float *y, const float *w, const float *x, int N, int K);
 void rlxc_matmul_f32_avx512(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
 void rlxc_matvec_q4_0_avx512(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);

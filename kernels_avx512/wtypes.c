@@ -183,7 +183,8 @@ RLXC_INLINE __m512 scale16(const rlxc_fp16 *d) { return _mm512_cvtph_ps(_mm256_s
             __m512 acc[ACCS];                                                     \
             RLXC_UNROLL for (int i = 0; i < ACCS; i++) acc[i] = _mm512_setzero_ps(); \
             row_dot(acc, w + (size_t)n * (K / (qk)), x, K);                       \
-            y[n] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]))); \
+            RLXC_UNROLL for (int i = 1; i < ACCS; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]); \
+            y[n] = _mm512_reduce_add_ps(acc[0]);                                  \
         }                                                                         \
     }
 

@@ -190,7 +190,7 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
     }
     npy_intp dims[2] = {T, w.rows};
     PyArrayObject *out = PyArray_NDIM(x) == 2 ? new_array(2, dims, NPY_FLOAT32) : new_array(1, dims + 1, NPY_FLOAT32);
-    const size_t xq_bytes = rlxc_linear_scratch_bytes((int)K, (int)T, threads);
+    const size_t xq_bytes = rlxc_linear_scratch_bytes((int)K, (int)T, threads, act);
     void *xq = xq_bytes ? malloc(xq_bytes) : NULL;
     if (!out || (xq_bytes && !xq)) {
         free(xq);
