@@ -2,9 +2,9 @@
  * csrc/kernels_wtypes.c): Q5_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
  * float, and the dequantizers of every block type. The integer dots multiply unsigned weight
  * quants by signed activations with maddubs and correct for the unsigned offset afterwards,
- * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K 32 * sum_j sc[j] * sum(x over sub-block j) per
- * super-block from Q8_K's sums of 16 (bsums), and Q4_K's mins use the same sums. Matvec tiles
- * prefetch the next tile's rows as quant.c explains. */
+ * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K
+ * 32 * sum_j sc[j] * sum(x over sub-block j) per super-block from Q8_K's sums of 16 (bsums), and
+ * Q4_K's mins use the same sums. Matvec tiles prefetch the next tile's rows as quant.c explains. */
 #include <string.h>
 
 #include "../csrc/kernels_ref.h"

@@ -86,20 +86,31 @@ RLXC_INLINE void prefetch_rows(const void *ahead, size_t stride, int nr) {
         }                                                                                      \
     }
 
-/* Q4_0: raw qs dword g holds elements 4g..4g+3 in its low nibbles, 16+4g.. in its high ones. */
+/* z[g] = dword g of the 16 bytes at p + r * stride, row r in lane r (rows >= nr zero). */
+RLXC_INLINE void load_transposed(__m512i z[4], const void *p, size_t stride, int nr) {
+    for (int k = 0; k < 4; k++) z[k] = load_rows16(p, stride, k, nr);
+    transpose4x4_epi32(z);
+}
+
+/* The 16 packed nibble bytes at qs of 16 rows (Q4_0, Q5_0): raw qs dword g holds elements
+ * 4g..4g+3 in its low nibbles, 16+4g.. in its high ones, so w[g] takes the low and w[4 + g]
+ * the high nibbles of the transposed dwords. */
+RLXC_INLINE void pack_nibbles(il_half *dst, const uint8_t *qs, size_t stride, int nr) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i z[4];
+    load_transposed(z, qs, stride, nr);
+    for (int g = 0; g < 4; g++) {
+        dst->w[g] = _mm512_and_si512(z[g], m4);
+        dst->w[4 + g] = _mm512_and_si512(_mm512_srli_epi32(z[g], 4), m4);
+    }
+}
+
 RLXC_INLINE void pack_q4_0_rows(il_block *blocks, int half, const block_q4_0 *w, int nb, int nr) {
     const size_t stride = (size_t)nb * sizeof(block_q4_0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int b = 0; b < nb; b++) {
         il_half *dst = &blocks[b].h[half];
         prefetch_rows(&w[b + 8], stride, nr);
-        __m512i z[4];
-        for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
-        transpose4x4_epi32(z);
-        for (int g = 0; g < 4; g++) {
-            dst->w[g] = _mm512_and_si512(z[g], m4);
-            dst->w[4 + g] = _mm512_and_si512(_mm512_srli_epi32(z[g], 4), m4);
-        }
+        pack_nibbles(dst, w[b].qs, stride, nr);
         dst->d = gather_scales(&w[b].d, stride, nr);
     }
 }
@@ -113,8 +124,7 @@ RLXC_INLINE void pack_q8_0_rows(il_block *blocks, int half, const block_q8_0 *w,
         prefetch_rows(&w[b + 4], stride, nr);
         for (int h = 0; h < 2; h++) {
             __m512i z[4];
-            for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs + 16 * h, stride, k, nr);
-            transpose4x4_epi32(z);
+            load_transposed(z, w[b].qs + 16 * h, stride, nr);
             for (int g = 0; g < 4; g++) dst->w[4 * h + g] = _mm512_xor_si512(z[g], _mm512_set1_epi8((char)0x80));
         }
         dst->d = gather_scales(&w[b].d, stride, nr);
@@ -128,18 +138,16 @@ DEFINE_PACK(pack_q8_0, pack_q8_0_rows, block_q8_0)
  * lane for a test against bit i of that nibble. */
 RLXC_INLINE void pack_q5_0_rows(il_block *blocks, int half, const block_q5_0 *w, int nb, int nr) {
     const size_t stride = (size_t)nb * sizeof(block_q5_0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const __m512i sixteen = _mm512_set1_epi8(16);
     const __m512i dword_base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C));
     for (int b = 0; b < nb; b++) {
         il_half *dst = &blocks[b].h[half];
         prefetch_rows(&w[b + 8], stride, nr);
-        __m512i z[4];
-        for (int k = 0; k < 4; k++) z[k] = load_rows16(w[b].qs, stride, k, nr);
-        transpose4x4_epi32(z);
+        pack_nibbles(dst, w[b].qs, stride, nr);
         const __m512i qh = gather_rows16(w[b].qh, stride, nr);
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++) {
-                const __m512i q = _mm512_and_si512(h ? _mm512_srli_epi32(z[j], 4) : z[j], m4);
+                const __m512i q = dst->w[4 * h + j];
                 const __m512i bytes = _mm512_shuffle_epi8(qh, _mm512_add_epi8(dword_base, _mm512_set1_epi8((char)(2 * h + j / 2))));
                 const __mmask64 fifth = _mm512_test_epi8_mask(bytes, _mm512_set1_epi32((int)(0x08040201u << (4 * (j % 2)))));
                 dst->w[4 * h + j] = _mm512_mask_add_epi8(q, fifth, q, sixteen);

@@ -617,3 +617,10 @@ def wtypes_of(layer: Any) -> dict[str, str]:
         if t is not None:
             out[s] = str(t)
     return out
+
+
+def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
+    """KL(p || q) per row, from logits (float64 recommended)."""
+    lp = p_logits - np.logaddexp.reduce(p_logits, axis=-1, keepdims=True)
+    lq = q_logits - np.logaddexp.reduce(q_logits, axis=-1, keepdims=True)
+    return (np.exp(lp) * (lp - lq)).sum(-1)

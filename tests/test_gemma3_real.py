@@ -21,6 +21,8 @@ import rlxc  # noqa: E402
 from rlxc import loaders  # noqa: E402
 from rlxc.generate import SamplingParams, generate_ids  # noqa: E402
 
+from reference import kl  # noqa: E402
+
 PATH = str(g3.assemble())
 # One thread for both engines: the comparisons do not depend on it, and 2-thread runs of either
 # engine slow down by 10x or more when other processes share the two cores (OpenMP / ggml spin-waits).
@@ -65,12 +67,6 @@ KL_MAX = 1e-2
 TOP1_GOAL = 0.99   # activations="f32"
 TOP1_MIN = 0.93    # activations="q8"
 NOISE = 0.5        # logits: near-tie margin allowed at a greedy divergence (measured <= 0.12)
-
-
-def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
-    lp = p_logits - np.logaddexp.reduce(p_logits, axis=-1, keepdims=True)
-    lq = q_logits - np.logaddexp.reduce(q_logits, axis=-1, keepdims=True)
-    return (np.exp(lp) * (lp - lq)).sum(-1)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ tf = pytest.importorskip("transformers")
 rlxc = pytest.importorskip("rlxc")
 
 import reference as R  # noqa: E402
+from reference import kl  # noqa: E402
 from rlxc.report import compare, errors, hf_trace  # noqa: E402
 from rlxc.hf import from_hf, layer_fields, layer_weights, rope_fields  # noqa: E402
 
@@ -147,13 +148,6 @@ def hf_logits(model, ids) -> np.ndarray:
 def rel_err(got, ref) -> float:
     got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-
-
-def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
-    """KL(p || q) per row, from logits."""
-    lp = p_logits - np.logaddexp.reduce(p_logits, axis=-1, keepdims=True)
-    lq = q_logits - np.logaddexp.reduce(q_logits, axis=-1, keepdims=True)
-    return (np.exp(lp) * (lp - lq)).sum(-1)
 
 
 @pytest.fixture(scope="module")

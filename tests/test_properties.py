@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -38,6 +39,15 @@ SCALE = float(os.environ.get("RLXC_HYPOTHESIS_EXAMPLES", "1"))
 ISAS = rlxc.cpu_info()["available_isas"]
 F32_TOL = 1e-5
 CLEAN = (TypeError, ValueError, KeyError, OverflowError)
+
+
+def fails_cleanly(call: Callable[[], object]) -> None:
+    """call() must raise one of CLEAN."""
+    try:
+        call()
+    except CLEAN:
+        return
+    raise AssertionError("an invalid call succeeded")  # pragma: no cover
 
 
 def n(k: int) -> int:
@@ -647,12 +657,7 @@ def test_error_paths_keep_reference_counts():
     before = [sys.getrefcount(o) for o in objs]
     for _ in range(500):
         for c in calls:
-            try:
-                c()
-            except CLEAN:
-                pass
-            else:  # pragma: no cover
-                raise AssertionError("an invalid call succeeded")
+            fails_cleanly(c)
     assert [sys.getrefcount(o) for o in objs] == before
 
 
@@ -681,18 +686,12 @@ def test_error_paths_keep_memory_flat():
     _, calls = bad_calls()
     for _ in range(300):
         for c in calls:
-            try:
-                c()
-            except CLEAN:
-                pass
+            fails_cleanly(c)
     gc.collect()
     start = rss_kb()
     for _ in range(2000):
         for c in calls:
-            try:
-                c()
-            except CLEAN:
-                pass
+            fails_cleanly(c)
     gc.collect()
     grown = rss_kb() - start
     assert grown < 1024, f"RSS grew by {grown} kB over {2000 * len(calls)} failing calls"
@@ -749,12 +748,7 @@ def test_concurrent_runs_edits_errors_and_pipelines_never_crash():
 
     def bad_ops():
         for c in (lambda: ops.matmul(x, x.T), lambda: p.decode_token(x[0], 99), lambda: ops.rmsnorm(x, x[0, :3])):
-            try:
-                c()
-            except CLEAN:
-                pass
-            else:  # pragma: no cover
-                raise AssertionError("an invalid call succeeded")
+            fails_cleanly(c)
         ops.matmul(x, x)
 
     threads = [threading.Thread(target=loop(f)) for f in (run_p, run_q, edit, pipelines, bad_ops)]

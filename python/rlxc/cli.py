@@ -471,6 +471,11 @@ def _parser() -> argparse.ArgumentParser:
     def threads(p: argparse.ArgumentParser) -> None:
         p.add_argument("-t", "--threads", type=int, default=None, help="engine threads (default: the engine's)")
 
+    def convert(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
+                       help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
+        p.add_argument("--max-seq", type=int, default=None, help="KV-cache length")
+
     def activations(p: argparse.ArgumentParser) -> None:
         p.add_argument("--activations", choices=["q8", "f32"], default="q8",
                        help="how quantized matrices meet the activations: q8 = rounded to 8 bits for integer dots "
@@ -508,9 +513,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
-    p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
-                   help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
-    p.add_argument("--max-seq", type=int, default=None, help="KV-cache length")
+    convert(p)
     threads(p)
     activations(p)
     p.set_defaults(func=cmd_run)
@@ -541,9 +544,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--decode-tokens", type=int, default=32)
     p.add_argument("--reps", type=int, default=3, help="prefill repetitions (default 3)")
-    p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
-                   help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
-    p.add_argument("--max-seq", type=int, default=None)
+    convert(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     threads(p)
     activations(p)
