@@ -71,7 +71,8 @@ step "pytest under ASan + UBSan"
 (cd tests && san "$PY" -m pytest -q -x -p no:cacheprovider \
     -k "not test_memory_flat_over_10000_decodes_and_100_pipelines and not test_refcounts_unchanged_after_10000_calls and not test_short_fuzz_run" \
     --durations=5 \
-    test_ops.py test_layer.py test_wtypes.py test_robustness.py test_properties.py test_fuzz_regressions.py) \
+    test_ops.py test_layer.py test_wtypes.py test_robustness.py test_properties.py test_fuzz_regressions.py \
+    test_hardening_c.py) \
     || { check_reports; exit 1; }
 check_reports
 

@@ -123,9 +123,9 @@ void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n) { p->n_threads = n > 0 ?
 void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act) { p->act = act; }
 rlxc_act rlxc_pipeline_act(const rlxc_pipeline *p) { return p->act; }
 
-int rlxc_pipeline_ple_stride(const rlxc_pipeline *p) {
-    int s = 0;
-    for (int i = 0; i < p->n_layers; i++) s += p->layers[i]->ple_dim;
+size_t rlxc_pipeline_ple_stride(const rlxc_pipeline *p) {
+    size_t s = 0;
+    for (int i = 0; i < p->n_layers; i++) s += (size_t)p->layers[i]->ple_dim; /* each >= 0 (check_fields) */
     return s;
 }
 
@@ -308,7 +308,7 @@ static void attention(rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, 
 }
 
 /* One layer over x[T][H] in place; ple: this layer's slice of the first token, stride ple_stride. */
-static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, int ple_stride, int T, int pos0) {
+static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, size_t ple_stride, int T, int pos0) {
     const rlxc_kernels *kn = rlxc_kernels_active();
     const rlxc_layer *l = p->layers[li];
     const rlxc_weight *w = l->w;
@@ -400,10 +400,11 @@ static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
 static int run(rlxc_pipeline *p, const float *x, const float *ple, int T, int pos0, float *out, float *layer_out,
                char *err) {
     if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, err)) return -1;
-    const int H = p->layers[0]->hidden_size, ple_stride = rlxc_pipeline_ple_stride(p);
-    if (ple_stride > 0 && !ple) FAIL("layers have per-layer inputs (ple_dim > 0): pass ple of %d floats per token", ple_stride);
+    const int H = p->layers[0]->hidden_size;
+    const size_t ple_stride = rlxc_pipeline_ple_stride(p);
+    if (ple_stride > 0 && !ple) FAIL("layers have per-layer inputs (ple_dim > 0): pass ple of %zu floats per token", ple_stride);
     if (out != x) memmove(out, x, (size_t)T * H * sizeof(float));
-    int ple_off = 0;
+    size_t ple_off = 0;
     for (int i = 0; i < p->n_layers; i++) {
         layer_forward(p, i, out, ple ? ple + ple_off : NULL, ple_stride, T, pos0);
         ple_off += p->layers[i]->ple_dim;

@@ -160,7 +160,8 @@ int rlxc_pipeline_reset(rlxc_pipeline *p, char *err);
 int rlxc_pipeline_n_past(const rlxc_pipeline *p);
 int rlxc_pipeline_max_seq(const rlxc_pipeline *p);
 int rlxc_pipeline_hidden_size(const rlxc_pipeline *p);
-int rlxc_pipeline_ple_stride(const rlxc_pipeline *p); /* sum of ple_dim over layers */
+/* Sum of ple_dim over the layers: up to 100000 * (2^31 - 1), so in size_t, never wrapped. */
+size_t rlxc_pipeline_ple_stride(const rlxc_pipeline *p);
 void rlxc_pipeline_set_threads(rlxc_pipeline *p, int n_threads);
 int rlxc_pipeline_threads(const rlxc_pipeline *p);
 void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act); /* RLXC_ACT_Q8 at creation */

@@ -27,15 +27,26 @@ static int Pipeline_init(PyObject *o, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
         return -1;
     }
-    PyObject *tup = PySequence_Tuple(seq);
-    if (!tup) {
-        PyErr_SetString(PyExc_TypeError, "layers must be a sequence of rlxc.Layer");
+    /* What PySequence_Tuple accepts; its own errors (those of a generator's body included,
+     * KeyboardInterrupt too) propagate as raised. */
+    if (!Py_TYPE(seq)->tp_iter && !PySequence_Check(seq)) {
+        PyErr_Format(PyExc_TypeError, "layers must be a sequence of rlxc.Layer, got %s", Py_TYPE(seq)->tp_name);
         return -1;
     }
+    PyObject *tup = PySequence_Tuple(seq);
+    if (!tup) return -1;
     const Py_ssize_t n = PyTuple_GET_SIZE(tup);
     if (n == 0 || n > 100000) {
         Py_DECREF(tup);
         PyErr_SetString(PyExc_ValueError, "layers must hold between 1 and 100000 rlxc.Layer");
+        return -1;
+    }
+    /* The iterable ran user code, which may have initialized this object (a generator calling
+     * __init__ on it): that pipeline stands, and this call, from here on without user code,
+     * makes none to overwrite it. */
+    if (self->p) {
+        Py_DECREF(tup);
+        PyErr_SetString(PyExc_RuntimeError, "Pipeline is already initialized (by a call made while iterating layers)");
         return -1;
     }
     rlxc_layer **ptrs = PyMem_Malloc(n * sizeof *ptrs);
@@ -121,11 +132,11 @@ static void leave(PipelineObject *self) {
 
 /* ple must be None when no layer has ple_dim, else float32 [T, ple_stride] (or [ple_stride] for one token). */
 static int ple_arg(PipelineObject *self, PyObject *ple, int T, int one_token, const float **out) {
-    const int stride = rlxc_pipeline_ple_stride(self->p);
+    const size_t stride = rlxc_pipeline_ple_stride(self->p);
     *out = NULL;
     if (ple == Py_None) {
         if (stride > 0) {
-            PyErr_Format(PyExc_ValueError, "ple is required: the layers take per-layer inputs of %d floats per token",
+            PyErr_Format(PyExc_ValueError, "ple is required: the layers take per-layer inputs of %zu floats per token",
                          stride);
             return -1;
         }
@@ -137,10 +148,9 @@ static int ple_arg(PipelineObject *self, PyObject *ple, int T, int one_token, co
     }
     PyArrayObject *a = as_f32(ple, "ple", one_token ? 1 : 2, one_token ? 1 : 2);
     if (!a) return -1;
-    if ((one_token && PyArray_DIM(a, 0) != stride) ||
-        (!one_token && (PyArray_DIM(a, 0) != T || PyArray_DIM(a, 1) != stride))) {
-        PyErr_Format(PyExc_ValueError, one_token ? "ple must have shape (%d,)" : "ple must have shape (%d, %d)",
-                     one_token ? stride : T, stride);
+    if ((size_t)PyArray_DIM(a, one_token ? 0 : 1) != stride || (!one_token && PyArray_DIM(a, 0) != T)) {
+        if (one_token) PyErr_Format(PyExc_ValueError, "ple must have shape (%zu,)", stride);
+        else PyErr_Format(PyExc_ValueError, "ple must have shape (%d, %zu)", T, stride);
         return -1;
     }
     if (check_finite(a, "ple")) return -1;
@@ -153,7 +163,7 @@ static int ple_arg(PipelineObject *self, PyObject *ple, int T, int one_token, co
 static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int decode, const float *ple,
                      int layer_outputs) {
     const int H = (int)PyArray_DIM(x, PyArray_NDIM(x) - 1), L = (int)PyTuple_GET_SIZE(self->layers);
-    const int stride = ple ? rlxc_pipeline_ple_stride(self->p) : 0;
+    const size_t stride = ple ? rlxc_pipeline_ple_stride(self->p) : 0;
     npy_intp dims[3] = {L, T, H};
     PyArrayObject *out = decode ? new_array(1, dims + 2, NPY_FLOAT32) : new_array(2, dims + 1, NPY_FLOAT32);
     PyArrayObject *lo = layer_outputs ? (decode ? new_array(2, (npy_intp[]){L, H}, NPY_FLOAT32)
@@ -262,7 +272,10 @@ static PyObject *get_int(PyObject *o, int (*f)(const rlxc_pipeline *)) {
 static PyObject *Pipeline_n_past(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_n_past); }
 static PyObject *Pipeline_max_seq(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_max_seq); }
 static PyObject *Pipeline_hidden_size(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_hidden_size); }
-static PyObject *Pipeline_ple_stride(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_ple_stride); }
+static PyObject *Pipeline_ple_stride(PyObject *o, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    return ready(self) ? PyLong_FromSize_t(rlxc_pipeline_ple_stride(self->p)) : NULL;
+}
 static PyObject *Pipeline_threads(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_threads); }
 
 static int Pipeline_set_threads(PyObject *o, PyObject *v, void *c) {
