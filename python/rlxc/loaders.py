@@ -8,7 +8,9 @@
   (``Layer.set_weight_view`` borrows the mapped bytes), the embedding table stays quantized (the
   looked-up rows are dequantized per call) and a tied lm_head multiplies the quantized table in
   place. Only llama's q/k matrices are copied: llama.cpp stores them with rows permuted for its
-  interleaved RoPE, and they are put back in Hugging Face order (halves) for the engine.
+  interleaved RoPE, and they are put back in Hugging Face order (halves) for the engine. The file
+  must therefore not change while the model lives (truncated: SIGBUS at the next call;
+  overwritten in place: other results); ``mmap=False`` reads it into owned memory instead.
   Architectures: llama, qwen2, qwen3, gemma, gemma2, gemma3, gemma4, starcoder2, phi3. Gemma 1-3
   norms in GGUF already hold ``1 + w`` (llama.cpp's converter adds the 1), so they run with offset
   0; Gemma 4's are plain weights. Gemma 4 (dense; MoE raises) maps as llama.cpp's
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
+import mmap as _mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -210,17 +212,24 @@ class GGUFFile:
     ``array(name)``: float32 copy (dequantized). Views keep the mapping alive.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, mmap: bool = True) -> None:
         self.path = os.fspath(path)
         size = os.path.getsize(self.path)
         if size < 24:
             raise ValueError(f"{self.path}: not a GGUF file ({size} bytes, too short for a header)")
-        # kept open for copies (array()): they are read with pread, not through the mapping, because
-        # the kernel maps a whole large page-cache folio (up to 2 MiB) on the first touch of a page:
-        # reading the small norm vectors through the mapping made ~57 MiB of weights resident at load
-        self._file = open(self.path, "rb")
-        self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.size = size
+        self.mapped = bool(mmap)
+        if self.mapped:
+            # kept open for copies (array()): they are read with pread, not through the mapping, because
+            # the kernel maps a whole large page-cache folio (up to 2 MiB) on the first touch of a page:
+            # reading the small norm vectors through the mapping made ~57 MiB of weights resident at load
+            self._file: Any = open(self.path, "rb")
+            self._mm = _mmap.mmap(self._file.fileno(), 0, access=_mmap.ACCESS_READ)
+        else:
+            # owned memory (an anonymous mapping: page-aligned like the file's), filled once: what the
+            # file becomes afterwards (truncated, overwritten) no longer reaches the model
+            self._file = None
+            self._mm = _read_all(self.path, size)
         try:
             self._parse()
         except struct.error as e:  # pragma: no cover - every read is bounds-checked first
@@ -371,25 +380,34 @@ class GGUFFile:
         except KeyError:
             raise ValueError(f"{self.path}: missing tensor {name!r}") from None
 
+    def _view(self, dtype: str, count: int, offset: int) -> np.ndarray:
+        a = np.frombuffer(self._mm, dtype, count, offset)
+        a.flags.writeable = False  # the owned copy (mmap=False) is as read-only as the file mapping
+        return a
+
     def raw(self, name: str) -> np.ndarray:
         """uint8 ``[rows, row_bytes]`` view of the stored bytes (read-only, no copy)."""
         t = self.info(name)
-        return np.frombuffer(self._mm, np.uint8, t.nbytes, t.offset).reshape(t.rows, t.row_bytes)
+        return self._view("u1", t.nbytes, t.offset).reshape(t.rows, t.row_bytes)
 
     def f32(self, name: str) -> np.ndarray:
         """float32 view of an F32 tensor (``[rows, cols]``, or ``[cols]`` for a vector)."""
         t = self.info(name)
         if t.type_id != 0:
             raise ValueError(f"tensor {name!r} is {t.type_name}, not F32")
-        a = np.frombuffer(self._mm, "<f4", t.n_elements, t.offset)
+        a = self._view("<f4", t.n_elements, t.offset)
         return a if len(t.shape) == 1 else a.reshape(t.rows, t.cols)
 
     def array(self, name: str) -> np.ndarray:
         """float32 copy of any tensor (dequantized), ``[rows, cols]`` or ``[cols]``."""
         t = self.info(name)
-        buf = bytearray(t.nbytes)
-        if os.preadv(self._file.fileno(), [buf], t.offset) != t.nbytes:
-            raise ValueError(f"{self.path}: tensor {name!r} ends past the end of the file (truncated after opening?)")
+        if self._file is None:
+            buf = bytearray(self._mm[t.offset:t.offset + t.nbytes])
+        else:
+            buf = bytearray(t.nbytes)
+            if os.preadv(self._file.fileno(), [buf], t.offset) != t.nbytes:
+                raise ValueError(f"{self.path}: tensor {name!r} ends past the end of the file (truncated after "
+                                 "opening?)")
         data = np.frombuffer(buf, np.uint8).reshape(t.rows, t.row_bytes)
         out = dequantize(data, t.wtype, t.cols)
         return out.reshape(-1) if len(t.shape) == 1 else out
@@ -405,9 +423,25 @@ class GGUFFile:
                 f"{len(self.metadata)} keys, arch {self.metadata.get('general.architecture')!r})")
 
 
-def read_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Parse and validate a GGUF file (memory-mapped); see :class:`GGUFFile`."""
-    return GGUFFile(path)
+def read_gguf(path: str | os.PathLike, mmap: bool = True) -> GGUFFile:
+    """Parse and validate a GGUF file (memory-mapped, or with ``mmap=False`` read into owned
+    memory); see :class:`GGUFFile`."""
+    return GGUFFile(path, mmap)
+
+
+def _read_all(path: str, size: int) -> Any:
+    """The first ``size`` bytes of a file in an anonymous (page-aligned, owned) mapping."""
+    buf = _mmap.mmap(-1, size)
+    view, got = memoryview(buf), 0
+    with open(path, "rb", buffering=0) as f:
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                view.release()
+                raise ValueError(f"{path}: the file shrank while it was read ({got} of {size} bytes)")
+            got += n
+    view.release()
+    return buf
 
 
 # ============================================================================ typed metadata
@@ -1059,9 +1093,10 @@ _ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": (
 
 
 class SafetensorsFile:
-    """A .safetensors file, memory-mapped and validated; ``tensor(name)`` -> float32 array."""
+    """A .safetensors file, memory-mapped (or with ``mmap=False`` read into owned memory) and
+    validated; ``tensor(name)`` -> float32 array (a copy)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, mmap: bool = True) -> None:
         self.path = os.fspath(path)
         size = os.path.getsize(self.path)
         if size < 8:
@@ -1072,7 +1107,9 @@ class SafetensorsFile:
                 raise ValueError(f"{self.path}: truncated or corrupt safetensors file (header of {n} bytes, "
                                  f"file of {size})")
             head = f.read(n)
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mm = _mmap.mmap(f.fileno(), 0, access=_mmap.ACCESS_READ) if mmap else None
+        if self._mm is None:
+            self._mm = _read_all(self.path, size)
         try:
             header = json.loads(head.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested too deep
@@ -1134,14 +1171,14 @@ class SafetensorsFile:
         return a.astype(np.float32)
 
 
-def read_safetensors(path: str | os.PathLike) -> SafetensorsFile:
-    return SafetensorsFile(path)
+def read_safetensors(path: str | os.PathLike, mmap: bool = True) -> SafetensorsFile:
+    return SafetensorsFile(path, mmap)
 
 
 class _Checkpoint:
     """All tensors of a (possibly sharded) safetensors checkpoint folder."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, mmap: bool = True) -> None:
         self.folder = folder
         index = os.path.join(folder, "model.safetensors.index.json")
         files: list[str]
@@ -1165,7 +1202,7 @@ class _Checkpoint:
             p = os.path.join(folder, fn)
             if not os.path.exists(p):
                 raise ValueError(f"{folder}: shard {fn} named by the index is missing")
-            st = SafetensorsFile(p)
+            st = SafetensorsFile(p, mmap)
             for k in st.keys():
                 self.where[k] = st
 
@@ -1182,7 +1219,7 @@ _HF_LAYER_IGNORE = ("rotary_emb.inv_freq", "self_attn.rotary_emb.inv_freq")
 
 
 def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_seq: int | None,
-                     tokenizer: bool) -> Any:
+                     tokenizer: bool, mmap: bool = True) -> Any:
     from . import hf
     from .model import Model
 
@@ -1212,7 +1249,7 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
     if max_seq is None:
         max_seq = int(min(getattr(config, "max_position_embeddings", 4096) or 4096, 4096))
     hf.check_supported(config, max_seq)
-    ck = _Checkpoint(folder)
+    ck = _Checkpoint(folder, mmap)
     mtype = config.model_type
     # the decoder's parameter prefix
     prefix = None
@@ -1309,7 +1346,7 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
 # ============================================================================ load
 
 def load(path: str | os.PathLike, weights: str | None = None, threads: int | None = None,
-         max_seq: int | None = None, tokenizer: bool = True, activations: str = "q8") -> Any:
+         max_seq: int | None = None, tokenizer: bool = True, activations: str = "q8", mmap: bool = True) -> Any:
     """An :class:`rlxc.Model` from a GGUF file or a Hugging Face checkpoint folder.
 
     Args:
@@ -1322,37 +1359,51 @@ def load(path: str | os.PathLike, weights: str | None = None, threads: int | Non
             ``min(context length, 4096)``). tokenizer: attach ``model.tokenizer``.
         activations: "q8" or "f32", how quantized matrices meet the activations
             (:attr:`rlxc.Model.activations`; settable later).
+        mmap: GGUF: True (the default) memory-maps the file and the model reads its weights
+            from the mapping for as long as it lives; False reads the file once into memory the
+            model owns (as much memory as the file, and its pages are all read at load).
     Raises:
         ValueError: not a GGUF file / checkpoint folder, truncated or corrupt.
         NotImplementedError: an architecture, tensor type or feature rlxc cannot run.
+
+    A memory-mapped GGUF file must not change while the model is alive: the matrices (and with
+    ``weights="q8_0"`` etc. still the embedding table, which stays as stored) are read from the
+    file's pages at every call, so a file **truncated** after loading kills the process with
+    SIGBUS at the next forward pass, and a file **overwritten in place** silently changes the
+    results. Replacing the file by a rename (what ``rlxc.save`` does) is safe: the model keeps
+    the old file. Pass ``mmap=False`` when the file may be modified while the model is in use.
+    A Hugging Face folder's tensors are always copied at load (converted to float32 or
+    quantized), so the model never reads its files afterwards; ``mmap=False`` reads the
+    safetensors files with read() instead of through a mapping during the load itself.
     """
     if activations not in ("q8", "f32"):
         raise ValueError(f"activations must be 'q8' or 'f32', got {activations!r}")
-    model = _load_path(os.fspath(path), weights, threads, max_seq, tokenizer)
+    model = _load_path(os.fspath(path), weights, threads, max_seq, tokenizer, bool(mmap))
     model.activations = activations
     return model
 
 
-def _load_path(p: str, weights: str | None, threads: int | None, max_seq: int | None, tokenizer: bool) -> Any:
+def _load_path(p: str, weights: str | None, threads: int | None, max_seq: int | None, tokenizer: bool,
+               mmap: bool) -> Any:
     if os.path.isdir(p):
         if not os.path.exists(os.path.join(p, "config.json")):
             ggufs = sorted(x for x in os.listdir(p) if x.endswith(".gguf"))
             if len(ggufs) == 1:
-                return _load_path(os.path.join(p, ggufs[0]), weights, threads, max_seq, tokenizer)
+                return _load_path(os.path.join(p, ggufs[0]), weights, threads, max_seq, tokenizer, mmap)
             raise ValueError(f"{p}: neither a Hugging Face checkpoint folder (no config.json) nor a GGUF file")
-        return _hf_folder_model(p, weights, threads, max_seq, tokenizer)
+        return _hf_folder_model(p, weights, threads, max_seq, tokenizer, mmap)
     if not os.path.exists(p):
         raise FileNotFoundError(p)
     with open(p, "rb") as f:
         magic = f.read(4)
     if magic == _GGUF_MAGIC:
-        g = GGUFFile(p)
+        g = GGUFFile(p, mmap)
         try:
             return _gguf_model(g, weights, threads, max_seq, tokenizer)
         except (TypeError, KeyError, OverflowError, IndexError) as e:  # metadata of an unexpected type / size
             raise ValueError(f"{p}: corrupt or unexpected GGUF metadata ({type(e).__name__}: {e})") from e
     if p.endswith(".safetensors"):
-        return _load_path(os.path.dirname(os.path.abspath(p)), weights, threads, max_seq, tokenizer)
+        return _load_path(os.path.dirname(os.path.abspath(p)), weights, threads, max_seq, tokenizer, mmap)
     raise ValueError(f"{p}: not a GGUF file (magic {magic!r}) nor a Hugging Face checkpoint folder")
 
 

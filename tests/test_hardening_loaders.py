@@ -1,0 +1,120 @@
+"""Regression tests of the loaders' hardening (issue 16, findings 3, 5 and 6).
+
+A case that kills the interpreter (SIGBUS from a truncated mapping) runs in a child process, so
+that the signal is observed instead of taking pytest down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import rlxc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "fuzz"))
+
+import formats  # noqa: E402  (tiny GGUF files built without transformers)
+
+
+def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=HERE)
+
+
+def tiny_gguf(path) -> str:
+    """A two-layer llama of q8_0 matrices with an untied q8_0 lm_head and an SPM vocabulary."""
+    path = str(path)
+    with open(path, "wb") as f:
+        f.write(formats.seeds()["llama_q8_0_untied"].to_bytes())
+    return path
+
+
+# ---------------------------------------------------------------- finding 3: the file changes after load
+
+CHANGE_AFTER_LOAD = """
+import os, numpy as np, rlxc
+path, how, weights, mmap = {path!r}, {how!r}, {weights!r}, {mmap!r}
+m = rlxc.load(path, weights=weights, mmap=mmap, max_seq=16, threads=1)
+before = m.forward([1, 2, 3])
+if how == "truncate":
+    os.truncate(path, 0)  # every page past the end (a tiny file fits in the first one)
+else:  # overwrite every weight byte in place (same size, same inode)
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        f.write(b"\\x55" * (os.path.getsize(path) - 4096))
+after = m.forward([1, 2, 3])
+print("SAME" if np.array_equal(before, after) else "CHANGED")
+"""
+
+
+@pytest.mark.parametrize("weights", [None, "q8_0"])
+@pytest.mark.parametrize("how", ["truncate", "overwrite"])
+def test_mmap_false_model_survives_the_file_changing(tmp_path, how, weights):
+    path = tiny_gguf(tmp_path / "m.gguf")
+    r = run_child(CHANGE_AFTER_LOAD.format(path=path, how=how, weights=weights, mmap=False))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "SAME"
+
+
+@pytest.mark.parametrize("weights", [None, "q8_0"])
+def test_mmap_true_truncated_file_is_sigbus_as_documented(tmp_path, weights):
+    """Pins the behaviour load()'s docstring and the README document for the default mmap=True:
+    the weights (with weights='q8_0' still the embedding table) are read from the file's pages,
+    and the pages past a truncation raise SIGBUS."""
+    path = tiny_gguf(tmp_path / "m.gguf")
+    r = run_child(CHANGE_AFTER_LOAD.format(path=path, how="truncate", weights=weights, mmap=True))
+    assert r.returncode == -signal.SIGBUS, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+
+
+def test_mmap_true_overwritten_file_changes_the_logits_as_documented(tmp_path):
+    path = tiny_gguf(tmp_path / "m.gguf")
+    r = run_child(CHANGE_AFTER_LOAD.format(path=path, how="overwrite", weights=None, mmap=True))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "CHANGED"
+
+
+def _open_by_this_process(path: str) -> tuple[int, int]:
+    """(mappings of ``path``, file descriptors open on it) in this process."""
+    with open("/proc/self/maps") as f:
+        maps = sum(path in line for line in f)
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += os.readlink(f"/proc/self/fd/{fd}") == path
+        except OSError:  # the descriptor listdir itself used
+            pass
+    return maps, fds
+
+
+def test_mmap_false_is_the_same_model_and_keeps_no_file_open(tmp_path):
+    path = tiny_gguf(tmp_path / "m.gguf")
+    owned = rlxc.load(path, max_seq=16, mmap=False)
+    assert _open_by_this_process(path) == (0, 0)
+    mapped = rlxc.load(path, max_seq=16)
+    assert _open_by_this_process(path)[0] == 1
+    np.testing.assert_array_equal(mapped.forward([1, 2, 3]), owned.forward([1, 2, 3]))
+    assert owned.tokenizer.encode("ab") == mapped.tokenizer.encode("ab")
+    # the owned copy is read-only like the mapping, and page-aligned like it (the views keep the file's alignment)
+    info = owned._gguf.info("blk.0.attn_q.weight")
+    raw = owned._gguf.raw("blk.0.attn_q.weight")
+    assert not raw.flags.writeable and raw.ctypes.data % 4096 == info.offset % 4096
+
+
+def test_mmap_false_hf_folder(tmp_path):
+    pytest.importorskip("transformers")
+    import targets
+    folder = str(tmp_path / "ckpt")
+    targets.prepare_folder(folder)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(formats.st_seeds()["llama_bf16"].to_bytes())
+    a = rlxc.load(folder, weights="f32", max_seq=16, mmap=False)
+    assert _open_by_this_process(os.path.join(folder, "model.safetensors")) == (0, 0)
+    b = rlxc.load(folder, weights="f32", max_seq=16)
+    np.testing.assert_array_equal(a.forward([1, 2, 3]), b.forward([1, 2, 3]))
