@@ -118,3 +118,64 @@ def test_mmap_false_hf_folder(tmp_path):
     assert _open_by_this_process(os.path.join(folder, "model.safetensors")) == (0, 0)
     b = rlxc.load(folder, weights="f32", max_seq=16)
     np.testing.assert_array_equal(a.forward([1, 2, 3]), b.forward([1, 2, 3]))
+
+
+# ---------------------------------------------------------------- finding 5: rlxc.save's temporary file
+
+@pytest.fixture()
+def small_model(tmp_path):
+    return rlxc.load(tiny_gguf(tmp_path / "src.gguf"), max_seq=16)
+
+
+def test_save_does_not_follow_a_symlink_at_the_old_temp_name(tmp_path, small_model):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.symlink(victim, out / "m.gguf.tmp")  # the name rlxc.save used to write through
+    rlxc.save(small_model, out / "m.gguf")
+    assert victim.read_bytes() == b"precious"
+    assert sorted(os.listdir(out)) == ["m.gguf", "m.gguf.tmp"]
+    np.testing.assert_array_equal(rlxc.load(out / "m.gguf", max_seq=16).forward([1, 2]), small_model.forward([1, 2]))
+
+
+def test_failed_save_leaves_no_temp_file_and_the_target_as_it_was(tmp_path, small_model, monkeypatch):
+    somedir = tmp_path / "somedir"
+    somedir.mkdir()
+    with pytest.raises(IsADirectoryError):
+        rlxc.save(small_model, somedir)
+    assert sorted(os.listdir(tmp_path)) == ["somedir", "src.gguf"] and not os.listdir(somedir)
+    target = tmp_path / "m.gguf"
+    target.write_bytes(b"old")
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="No space"):
+        rlxc.save(small_model, target)
+    assert target.read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["m.gguf", "somedir", "src.gguf"]
+    monkeypatch.undo()
+    with pytest.raises(FileNotFoundError):
+        rlxc.save(small_model, tmp_path / "no" / "such" / "dir.gguf")
+
+
+def test_save_permissions_and_atomic_replace(tmp_path, small_model):
+    old = os.umask(0o027)
+    try:
+        rlxc.save(small_model, tmp_path / "new.gguf")
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "new.gguf").st_mode & 0o777 == 0o640  # 0o666 less the umask, like open()
+    existing = tmp_path / "existing.gguf"
+    rlxc.save(small_model, existing)
+    os.chmod(existing, 0o604)
+    running = rlxc.load(existing, max_seq=16)
+    want = running.forward([1, 2, 3])
+    rlxc.save(small_model, existing)  # replaced by a rename: the mapped model keeps the old file
+    assert os.stat(existing).st_mode & 0o777 == 0o604
+    np.testing.assert_array_equal(running.forward([1, 2, 3]), want)
+    link = tmp_path / "link.gguf"
+    os.symlink(existing, link)
+    rlxc.save(small_model, link)  # the link itself is replaced, the file it named is not written
+    assert not os.path.islink(link) and os.path.getsize(existing) == os.path.getsize(link)

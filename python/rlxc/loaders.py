@@ -35,7 +35,9 @@ import json
 import math
 import mmap as _mmap
 import os
+import stat as _stat
 import struct
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -1489,13 +1491,62 @@ class _Writer:
             head += self._s(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
             head += struct.pack("<IQ", tid, o)
         head += b"\0" * ((-len(head)) % a)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
+
+        def body(f: Any) -> None:
             f.write(head)
             for name, shape, tid, data in self.tensors:
                 f.write(memoryview(data.reshape(-1).view(np.uint8)))
                 f.write(b"\0" * ((-data.nbytes) % a))
+
+        write_atomically(path, body)
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    mask = os.umask(0o022)  # pragma: no cover - (racy with other threads: the fallback only)
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover
+
+
+def write_atomically(path: str, body: Any) -> None:
+    """Write a file through ``body(f)`` (a binary file object) and put it at ``path`` at once.
+
+    The data goes to a new private file in ``path``'s directory (``tempfile.mkstemp``: a random
+    name created with O_EXCL, so no symlink or existing file is followed), which is renamed over
+    ``path`` once complete: readers see the old file or the new one, never a partial one, and a
+    model memory-mapping the old file keeps it. On any failure the temporary file is removed and
+    ``path`` is left as it was. The file gets the permissions of the file it replaces, else
+    those of a new file (0o666 less the umask); a symlink at ``path`` is replaced, not followed.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.lstat(path)
+        mode = st.st_mode & 0o7777 if _stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            body(f)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:  # pragma: no cover
+            pass
+        raise
 
 
 def _layer_tensor(layer: Any, slot: str) -> tuple[np.ndarray, int, tuple[int, ...]] | None:
@@ -1704,6 +1755,10 @@ def save(model: Any, path: str | os.PathLike) -> None:
     the model was loaded with, else built from ``model.tokenizer`` (SentencePiece-style or
     byte-level BPE), else a placeholder vocabulary. Raises NotImplementedError when a layer's
     fields cannot be expressed in that architecture's GGUF keys.
+
+    The file is written to a private temporary file in the same directory and renamed over
+    ``path`` when complete (see :func:`write_atomically`): a failed save leaves ``path`` as it
+    was and no temporary file behind, and a model memory-mapping the old file keeps running.
     """
     path = os.fspath(path)
     arch = getattr(model, "arch", None)
