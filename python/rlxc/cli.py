@@ -25,6 +25,13 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+import rlxc
+
+from .generate import checked_sampling
+from .loaders import engine_wtypes
+from .model import MATRIX_SLOTS
+from .report import hf_reference
+
 __all__ = ["main", "build_demo_layers"]
 
 COMMANDS = ("demo", "info", "run", "compare", "bench", "quantize")
@@ -75,7 +82,6 @@ def _check_model_path(path: str) -> str:
 
 
 def _load(args: argparse.Namespace, path: str, weights: str | None, tokenizer: bool = True) -> Any:
-    import rlxc
     _check_model_path(path)
     kw: dict[str, Any] = dict(weights=weights, threads=args.threads, tokenizer=tokenizer,
                               activations=getattr(args, "activations", "q8"))
@@ -145,7 +151,6 @@ def _model_bytes(model: Any) -> int:
 
 def _matrix_types(model: Any) -> dict[str, int]:
     """Storage type -> number of layer matrices held in it."""
-    from .model import MATRIX_SLOTS
     out: dict[str, int] = {}
     for layer in model.layers:
         for s in MATRIX_SLOTS:
@@ -160,7 +165,6 @@ def _matrix_types(model: Any) -> dict[str, int]:
 def build_demo_layers(hidden: int, layers: int, inter: int, dtype: str, seed: int) -> list[Any]:
     """A random Llama-shaped stack: alternating sliding (128) and full attention, GQA 4:1,
     head_dim 64, RoPE base 1e4 / 1e6, matrices in ``dtype``."""
-    import rlxc
     rng = np.random.default_rng(seed)
     head_dim = 64
     out = []
@@ -178,7 +182,6 @@ def build_demo_layers(hidden: int, layers: int, inter: int, dtype: str, seed: in
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    import rlxc
     if args.hidden % 64 or args.hidden < 64:
         raise CLIError("--hidden must be a positive multiple of 64 (heads of 64)")
     if args.layers < 1 or args.prompt < 1 or args.tokens < 1:
@@ -222,8 +225,6 @@ def _optional_versions() -> dict[str, str | None]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    import rlxc
-    from .loaders import engine_wtypes
     info = rlxc.cpu_info()
     data = {
         "version": rlxc.__version__,
@@ -256,9 +257,19 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- run
 
+# Model.generate's sampling arguments -> rlxc run's options (named in the error messages)
+_RUN_OPTIONS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
+                "repetition_penalty": "--repeat-penalty", "seed": "--seed"}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if not args.prompt and not args.ids:
         raise CLIError("give a prompt with -p TEXT (or token ids with --ids)")
+    # checked before the model is loaded (Model.generate checks them again)
+    checked_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repeat_penalty, args.seed,
+                     names=_RUN_OPTIONS)
+    if args.max_tokens < 0:
+        raise CLIError(f"-n/--max-tokens must be >= 0, got {args.max_tokens}")
     steps = _Steps(args, ["load", "tokenize"], "rlxc run")
     with steps("load model"):
         model = _load(args, args.model, args.weights)
@@ -301,15 +312,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _isa() -> str:
-    import rlxc
     return str(rlxc.get_isa())
 
 
 # ----------------------------------------------------------------------------- compare
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import rlxc
-    from .report import hf_reference
     path = _check_model_path(args.model)
     gguf = _is_gguf(path)
     weights = args.weights
@@ -414,7 +422,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- quantize
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    import rlxc
     src = _check_model_path(args.input)
     if os.path.exists(args.output):
         if os.path.isdir(args.output):
@@ -451,7 +458,6 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 def _parser() -> argparse.ArgumentParser:
-    import rlxc
     ap = argparse.ArgumentParser(
         prog="rlxc", description="rlxc: decoder-only LLMs on the CPU, every layer a Python object. "
         "Without a command: the no-download demo.",

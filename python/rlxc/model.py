@@ -20,6 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .generate import generate, token_ids
+
 __all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix"]
 
 #: Weight slots that hold matrices (the ones quantized to q4_0/q8_0 when in-dim % 32 == 0).
@@ -261,15 +263,9 @@ class Model:
 
     # ------------------------------------------------------------------ pieces
     def _ids(self, input_ids: Any) -> np.ndarray:
-        ids = np.asarray(input_ids)
-        if hasattr(input_ids, "detach"):  # torch tensor
-            ids = input_ids.detach().cpu().numpy()
-        ids = ids.astype(np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ValueError("input_ids is empty")
-        if ids.min() < 0 or ids.max() >= self.vocab_size:
-            raise ValueError(f"token id out of range [0, {self.vocab_size})")
-        return ids
+        """int64 [T]: TypeError unless integers (no floats, bools, strings), ValueError when
+        empty or out of [0, vocab_size)."""
+        return token_ids(input_ids, self.vocab_size, "token ids")
 
     def embed_tokens(self, ids: np.ndarray) -> np.ndarray:
         """float32 [T, hidden]: embedding rows times ``embed_scale``."""
@@ -345,7 +341,9 @@ class Model:
 
     def decode(self, token_id: int) -> np.ndarray:
         """One token at position n_past; float32 [vocab] logits."""
-        ids = self._ids([int(token_id)])
+        ids = token_ids([token_id], self.vocab_size, "the token id")
+        if ids.size != 1:
+            raise ValueError(f"decode takes one token id, got {ids.size}")
         x = self.embed_tokens(ids)
         ple = self.per_layer_inputs(ids, x)
         pipe = self.pipeline
@@ -392,9 +390,10 @@ class Model:
         Returns the new text (a text prompt, or ids with a tokenizer attached) or the list of
         new token ids (ids and no tokenizer). With ``stream=True`` returns an iterator over the
         text pieces (or ids) as they come. ``reset=False`` continues after what is in the cache.
-        See :mod:`rlxc.generate`.
+        Every argument is checked by the call itself, streaming included: ValueError for a NaN,
+        infinite, subnormal or out-of-range number or token id, TypeError for a float, str or
+        bool where an integer is meant (see :mod:`rlxc.generate`).
         """
-        from .generate import generate
         return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                         top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed, stop=stop,
                         stream=stream, add_special=add_special, reset=reset)
