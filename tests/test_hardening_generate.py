@@ -280,3 +280,159 @@ def test_cli_run_still_samples(gguf_file, capsys):
     assert cli.main(["run", gguf_file, "-p", "abc", "-n", "4", "--temperature", "0.8", "--top-k", "5",
                      "--seed", "1"]) == 0
     assert "tokens/s" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- finding 8: chat templates
+
+# Each template is rendered in a child process (address space capped at 3 GiB, killed after
+# CHILD_TIMEOUT s), so that an unbounded render fails the test instead of hanging or swapping.
+CHILD_TIMEOUT = 60
+CHILD = r'''
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+import rlxc.tokenizer as T
+args = json.loads(sys.stdin.read())
+if args.get("limit") is not None:
+    T.CHAT_TEMPLATE_TIME_LIMIT = args["limit"]
+tok = T.Tokenizer()
+tok.chat_template = args["template"]
+t0 = time.monotonic()
+try:
+    out = tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    res = {"ok": True, "len": len(out)}
+except BaseException as e:
+    res = {"ok": False, "type": type(e).__name__, "msg": str(e)[:400],
+           "chat_error": isinstance(e, getattr(T, "ChatTemplateError", ())), "value_error": isinstance(e, ValueError)}
+res["seconds"] = time.monotonic() - t0
+print(json.dumps(res))
+'''
+
+LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+BIG = "{% set s = 'x' * 4000000 %}"
+RUNAWAY = {
+    # time: loops, recursion
+    "nested loops": LOOP,
+    "nested ranges of 10**6": "{% for i in range(10**6) %}{% for j in range(10**6) %}{% endfor %}{% endfor %}",
+    "loop over a filter": "{% for i in range(100000) %}{% for j in range(100000)|list %}{% endfor %}{% endfor %}",
+    "binary recursion": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+    "endless recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+    # size: output, buffers, single operations
+    "huge output": "{% for i in range(100000) %}{% for j in range(100000) %}" + "x" * 1000 + "{% endfor %}{% endfor %}",
+    "huge macro output": "{% macro m() %}{% for i in range(100000) %}{% for j in range(100000) %}{{ 'y' * 1000 }}"
+                         "{% endfor %}{% endfor %}{% endmacro %}{% set r = m() %}{{ r|length }}",
+    "string repeat": "{{ 'x' * 10**10 }}",
+    "list repeat": "{{ (range(100000)|list) * 100000 }}",
+    "big power": "{{ 10 ** (10 ** 10) }}",
+    "concat doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+                       "{{ ns.s|length }}",
+    "plus doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+                     "{{ ns.s|length }}",
+    "center filter": "{{ 'x'|center(10**10) }}",
+    "indent filter": "{{ 'x\ny'|indent(10**10) }}",
+    "tojson indent": "{{ {'a': [1]}|tojson(indent=10**10) }}",
+    "str.ljust": "{{ 'x'.ljust(10**10) }}",
+    "printf width": "{{ '%10000000000d' % 1 }}",
+    "printf star": "{{ '%*d' % (10**10, 1) }}",
+    "format filter": "{{ '%10000000000d'|format(1) }}",
+    "str.format width": "{{ '{:>10000000000}'.format(1) }}",
+    "str.replace product": BIG + "{{ s.replace('', s)|length }}",
+    "replace filter product": BIG + "{{ (s|replace('', s))|length }}",
+    "str.join product": BIG + "{{ s.join(s)|length }}",
+    "join filter product": BIG + "{{ (s|list)|join(s)|length }}",
+    "lipsum": "{{ lipsum(10**9) }}",
+    "huge source": "{# " + "x" * (4 << 20) + " #}",
+}
+
+
+def _render_in_child(template: str, limit: float | None = 1.0) -> dict:
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps({"template": template, "limit": limit}),
+                         capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", sorted(RUNAWAY))
+def test_runaway_chat_template_raises_quickly(case):
+    res = _render_in_child(RUNAWAY[case])
+    assert not res["ok"], res
+    assert res["chat_error"] and res["value_error"], res
+    assert "chat template" in res["msg"], res
+    assert res["seconds"] < 10, res
+
+
+def test_default_time_limit_stops_a_loop():
+    res = _render_in_child(LOOP, limit=None)
+    assert res["chat_error"] and "took longer than" in res["msg"], res
+    assert res["seconds"] < 3 * rlxc.tokenizer.CHAT_TEMPLATE_TIME_LIMIT, res
+
+
+def test_run_chat_with_a_looping_template_exits_with_one_line(tmp_path):
+    """``rlxc run --chat`` on a GGUF whose template loops: one error line naming the file."""
+    import subprocess
+    import sys
+    import tempfile
+    m = _model()
+    m.tokenizer = _tokenizer(chat_template=LOOP)
+    path = tmp_path / "looping.gguf"
+    rlxc.save(m, path)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "rlxc", "run", str(path), "--chat", "-p", "abc", "-n", "2"],
+                         capture_output=True, text=True, timeout=CHILD_TIMEOUT, cwd=tempfile.gettempdir())
+    assert out.returncode == 1, out.stderr
+    err = out.stderr.strip()
+    assert err.startswith("rlxc run: error: ") and "\n" not in err, err
+    assert str(path) in err and "tokenizer.chat_template" in err and "took longer than" in err, err
+    assert time.monotonic() - t0 < 3 * rlxc.tokenizer.CHAT_TEMPLATE_TIME_LIMIT + 10
+
+
+GOOD_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] | trim }}\n"
+    "{% else %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ m['content'] | trim }}<end_of_turn>\n{% endif %}{% endfor %}"
+    "{% if tools %}{{ tools | tojson(indent=2) }}{% endif %}{{ '%-6s|' % 'ab' }}{{ '{:>4}'.format(7) }}"
+    "{{ ', '.join(['a', 'b']) }}{{ 'a-b'.replace('-', '+') }}{{ 'x' * 3 }}{{ 2 ** 10 }}{{ 'q'|center(5) }}"
+    "{% for k, v in {'a': 1}.items() %}{{ loop.index }}{{ k }}={{ v }}{% if loop.last %};{% endif %}{% endfor %}"
+    "{% set ns = namespace(n=0) %}{% for m in messages if m.role == 'user' %}{% set ns.n = ns.n + 1 %}{% endfor %}"
+    "{{ ns.n }}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def test_ordinary_templates_render_as_before():
+    jinja2 = pytest.importorskip("jinja2")
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    tok = _tokenizer(chat_template=GOOD_TEMPLATE)
+    msgs = [{"role": "system", "content": " be brief "}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"}, {"role": "user", "content": "x" * 100000}]
+    tools = [{"name": "f", "parameters": {"type": "object"}}]
+    got = tok.apply_chat_template(msgs, tools=tools)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda x, indent=None: __import__("json").dumps(x, indent=indent, ensure_ascii=False)
+    want = env.from_string(GOOD_TEMPLATE).render(messages=msgs, tools=tools, add_generation_prompt=True,
+                                                 bos_token="<s>", eos_token="</s>")
+    assert got == want
+    tok.chat_template = CHAT
+    assert tok.apply_chat_template(msgs[1:2], tokenize=True) == tok.encode("hi", add_special=False)
+    # the template's own errors are unchanged
+    tok.chat_template = "{{ raise_exception('roles must alternate') }}"
+    with pytest.raises(jinja2.TemplateError, match="roles must alternate"):
+        tok.apply_chat_template(msgs)
+
+
+def test_chat_template_error_names_the_template(tmp_path):
+    from rlxc.tokenizer import ChatTemplateError, load
+    m = _model()
+    m.tokenizer = _tokenizer(chat_template="{% for i in range(10**6) %}{% endfor %}")
+    path = tmp_path / "bad_template.gguf"
+    rlxc.save(m, path)
+    tok = load(path)
+    assert tok is not None
+    msgs = [{"role": "user", "content": "hi"}]
+    with pytest.raises(ChatTemplateError, match=f"{path}: tokenizer.chat_template"):
+        tok.apply_chat_template(msgs)
+    with pytest.raises(ChatTemplateError, match="chat_template= argument"):
+        tok.apply_chat_template(msgs, chat_template="{% for i in range(10**6) %}{% endfor %}")
+    tok.chat_template = "{% for i in range(10**6) %}{% endfor %}{{ 'x' }}"  # no longer the file's
+    with pytest.raises(ChatTemplateError, match="^tokenizer.chat_template"):
+        tok.apply_chat_template(msgs)

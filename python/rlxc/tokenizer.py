@@ -22,18 +22,23 @@ from __future__ import annotations
 
 import array
 import codecs
+import datetime
+import functools
 import heapq
 import json
 import os
+import re
+import time
 import warnings
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .loaders import gguf_meta, read_gguf
 
 __all__ = ["Tokenizer", "SPMTokenizer", "BPETokenizer", "HFTokenizer", "from_gguf_metadata", "from_folder", "load",
-           "StreamDecoder"]
+           "StreamDecoder", "ChatTemplateError", "CHAT_TEMPLATE_TIME_LIMIT", "CHAT_TEMPLATE_MAX_CHARS",
+           "CHAT_TEMPLATE_MAX_SOURCE"]
 
 # llama.cpp token types (gguf TokenType)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -92,6 +97,8 @@ class Tokenizer:
     add_bos: bool = False
     add_eos: bool = False
     chat_template: str | None = None
+    #: (template, where it came from) as loaded, e.g. ("{% for ...", "model.gguf: tokenizer.chat_template")
+    chat_template_origin: tuple[str, str] | None = None
     bos_token: str = ""
     eos_token: str = ""
 
@@ -128,33 +135,260 @@ class Tokenizer:
         if not tmpl:
             raise ValueError("this tokenizer has no chat template (tokenizer.chat_template / chat_template in "
                              "tokenizer_config.json); pass chat_template=")
-        text = _render_chat(tmpl, list(messages), add_generation_prompt=add_generation_prompt,
-                            bos_token=self.bos_token, eos_token=self.eos_token, **kw)
+        if chat_template:
+            origin = "the chat_template= argument"
+        elif self.chat_template_origin is not None and self.chat_template_origin[0] == tmpl:
+            origin = self.chat_template_origin[1]
+        else:
+            origin = "tokenizer.chat_template"
+        variables = dict(kw, messages=list(messages), add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token, eos_token=self.eos_token)
+        text = _render_chat(tmpl, origin, variables)
         if not tokenize:
             return text
         return self.encode(text, add_special=False, parse_special=True)
 
 
-def _render_chat(template: str, messages: list, **kw: Any) -> str:
+# ============================================================================ chat templates
+
+#: A chat template is code shipped with the model file, rendered in a Jinja sandbox with bounds:
+#: it may run for CHAT_TEMPLATE_TIME_LIMIT seconds, write CHAT_TEMPLATE_MAX_CHARS characters in
+#: all (its output, macro and ``set`` blocks included) and build no string, list or number
+#: larger than that; its source may be CHAT_TEMPLATE_MAX_SOURCE characters long. Past a bound,
+#: :class:`ChatTemplateError`.
+CHAT_TEMPLATE_TIME_LIMIT = 5.0
+CHAT_TEMPLATE_MAX_CHARS = 1 << 24
+CHAT_TEMPLATE_MAX_SOURCE = 1 << 20
+
+
+class ChatTemplateError(ValueError):
+    """A chat template went past a bound of :data:`CHAT_TEMPLATE_TIME_LIMIT` /
+    :data:`CHAT_TEMPLATE_MAX_CHARS` (or failed with a recursion, memory or overflow error);
+    the message starts with the template's origin (the file and key it came from)."""
+
+
+# str methods whose int arguments are the length of what they build
+_WIDTH_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+# filters whose int arguments are widths / indents (tojson: indent)
+_WIDTH_FILTERS = frozenset({"center", "indent", "wordwrap", "tojson"})
+_PRINTF_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+_FORMAT_SPEC = re.compile(r"\{[^{}]*:([^{}]*)\}")
+_NESTED_FIELD = re.compile(r"\{[^{}]*\{")
+_DIGITS = re.compile(r"\d+")
+_MAX_INT_BITS = 1 << 16  # no chat template needs a larger number
+
+
+class _Budget:
+    """The bounds of one render: a deadline and the characters written so far."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.seconds = float(CHAT_TEMPLATE_TIME_LIMIT)
+        self.max_chars = int(CHAT_TEMPLATE_MAX_CHARS)
+        self.deadline = time.monotonic() + self.seconds
+        self.written = 0
+
+    def fail(self, what: str) -> ChatTemplateError:
+        return ChatTemplateError(f"{self.origin}: chat template stopped: {what}")
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise self.fail(f"rendering took longer than {self.seconds:g} s "
+                            "(rlxc.tokenizer.CHAT_TEMPLATE_TIME_LIMIT): the template loops or recurses too much")
+
+    def need(self, n: int, what: str) -> None:
+        """Refuse to build ``what`` of ``n`` characters / items."""
+        if n > self.max_chars:
+            raise self.fail(f"{what} would be {n} long, over rlxc.tokenizer.CHAT_TEMPLATE_MAX_CHARS "
+                            f"({self.max_chars})")
+
+    def size(self, value: Any, what: str) -> Any:
+        if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+            self.need(len(value), what)
+        elif isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise self.fail(f"{what} is an integer of {value.bit_length()} bits, over {_MAX_INT_BITS}")
+        return value
+
+    def ints(self, values: Iterable[Any], what: str) -> None:
+        for v in values:
+            if isinstance(v, int) and not isinstance(v, bool):
+                self.need(abs(v), what)
+
+    def format_string(self, fmt: str, args: Iterable[Any], printf: bool) -> None:
+        """The widths / precisions written in a %- or str.format string, and those it takes from
+        ``args`` (``*``, a nested ``{}`` field), checked before it is formatted."""
+        if printf:
+            specs = [g for m in _PRINTF_SPEC.finditer(fmt) for g in m.groups() if g]
+            from_args = "*" in specs
+        else:
+            plain = fmt.replace("{{", "").replace("}}", "")
+            specs = _FORMAT_SPEC.findall(plain)
+            from_args = _NESTED_FIELD.search(plain) is not None
+        self.ints([int(d) for s in specs for d in _DIGITS.findall(s)], "a formatted field")
+        if from_args:
+            values = [v for a in args for v in (a.values() if isinstance(a, Mapping) else (a,))]
+            self.ints(values, "a formatted field")
+
+    def binop(self, op: str, left: Any, right: Any) -> None:
+        if op == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(n, int) and hasattr(seq, "__len__"):
+                    self.need(len(seq) * max(n, 0), f"the result of {op}")
+        elif op == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+            if left.bit_length() * right > 2 * _MAX_INT_BITS:
+                raise self.fail(f"{left} ** {right} would be an integer over {_MAX_INT_BITS} bits")
+        elif op == "%" and isinstance(left, str):
+            self.format_string(left, right if isinstance(right, tuple) else (right,), printf=True)
+
+    def method(self, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Sizes that one call of a str method would build, checked before it runs."""
+        fn = getattr(fn, "__wrapped__", fn)  # (the sandbox wraps str.format)
+        s, name = getattr(fn, "__self__", None), getattr(fn, "__name__", "")
+        if not isinstance(s, str):
+            return
+        if name in _WIDTH_METHODS:
+            self.ints([*args, *kwargs.values()], f"the result of str.{name}")
+        elif name in ("format", "format_map"):
+            self.format_string(s, [*args, kwargs], printf=False)
+        elif name == "replace" and len(args) >= 2:
+            self.replace(s, args[0], args[1])
+        elif name == "join" and args:
+            self.join(s, args[0])
+
+    def replace(self, s: Any, old: Any, new: Any) -> None:
+        if isinstance(s, str) and isinstance(old, str) and isinstance(new, str):
+            count = s.count(old) if old else len(s) + 1
+            self.need(len(s) + count * (len(new) - len(old)), "the result of replace")
+
+    def join(self, sep: Any, items: Any) -> None:
+        if isinstance(sep, str) and hasattr(items, "__len__"):
+            self.need(len(sep) * max(len(items) - 1, 0), "the result of join")
+
+
+def _chat_environment(budget: _Budget) -> Any:
+    """A Jinja ImmutableSandboxedEnvironment (as transformers renders chat templates) that checks
+    ``budget`` at every loop iteration, call, filter, operator and write."""
     try:
         import jinja2
+        from jinja2 import nodes
         from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.visitor import NodeTransformer
     except ImportError:  # pragma: no cover
         raise ImportError("chat templates need the jinja2 package") from None
 
-    def raise_exception(msg: str) -> None:
-        raise jinja2.exceptions.TemplateError(msg)
+    def env_call(name: str, *args: Any) -> Any:
+        return nodes.Call(nodes.EnvironmentAttribute(name), list(args), [], None, None)
 
-    def strftime_now(fmt: str) -> str:
-        import datetime
-        return datetime.datetime.now().strftime(fmt)
+    class Bound(NodeTransformer):  # type: ignore[misc]
+        """Routes loops, ``~`` and writes through the environment's checks."""
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, separators=None, sort_keys=False: json.dumps(
-        x, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    return env.from_string(template).render(messages=messages, **kw)
+        def visit_For(self, node: Any) -> Any:
+            node = self.generic_visit(node)
+            node.iter = env_call("bounded_iter", node.iter)
+            return node
+
+        def visit_Concat(self, node: Any) -> Any:
+            return env_call("bounded_concat", *self.generic_visit(node).nodes)
+
+        def visit_Output(self, node: Any) -> Any:
+            node = self.generic_visit(node)
+            node.nodes = [env_call("bounded_write", n) for n in node.nodes]
+            return node
+
+    class Env(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+        intercepted_binops = frozenset({"*", "**", "%", "+"})
+
+        def __init__(self) -> None:
+            super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+            self.filters["tojson"] = _tojson
+            self.filters = {k: self._bounded_filter(k, f) for k, f in self.filters.items()}
+            self.globals["raise_exception"] = _raise_exception
+            self.globals["strftime_now"] = _strftime_now
+            self.globals["lipsum"] = self._lipsum
+
+        def _bounded_filter(self, name: str, f: Any) -> Any:
+            pass_arg = getattr(f, "jinja_pass_arg", None)
+
+            @functools.wraps(f)
+            def bounded(*args: Any, **kw: Any) -> Any:
+                budget.tick()
+                a = args[1:] if pass_arg is not None else args  # (value, args...)
+                if name in _WIDTH_FILTERS:
+                    budget.ints([*a[1:], *kw.values()], f"the result of the {name} filter")
+                elif name == "format" and a and isinstance(a[0], str):
+                    budget.format_string(a[0], a[1:], printf=True)
+                elif name == "replace" and len(a) >= 3:
+                    budget.replace(a[0], a[1], a[2])
+                elif name == "join" and a:
+                    items = a[0] if hasattr(a[0], "__len__") else list(a[0])
+                    budget.join(a[1] if len(a) > 1 else kw.get("d", ""), items)
+                    args = (*args[: len(args) - len(a)], items, *a[1:])
+                return budget.size(f(*args, **kw), f"the result of the {name} filter")
+            return bounded
+
+        def _lipsum(self, n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
+            budget.need(n * max, "lipsum()")
+            return jinja2.utils.generate_lorem_ipsum(n, html, min, max)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            budget.tick()
+            budget.method(__obj, args, kwargs)
+            return budget.size(super().call(__context, __obj, *args, **kwargs), "the result of a call")
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            budget.tick()
+            budget.binop(operator, left, right)
+            return budget.size(super().call_binop(context, operator, left, right), f"the result of {operator}")
+
+        def bounded_iter(self, iterable: Any) -> Iterator[Any]:
+            for x in iterable:
+                budget.tick()
+                yield x
+
+        def bounded_concat(self, *parts: Any) -> str:
+            budget.need(sum(len(p) for p in parts if isinstance(p, str)), "the result of ~")
+            return budget.size("".join(map(str, parts)), "the result of ~")
+
+        def bounded_write(self, value: Any) -> Any:
+            budget.tick()
+            budget.written += len(value) if isinstance(value, str) else len(str(value))
+            if budget.written > budget.max_chars:
+                raise budget.fail(f"the template wrote more than {budget.max_chars} characters "
+                                  "(rlxc.tokenizer.CHAT_TEMPLATE_MAX_CHARS)")
+            return value
+
+    env = Env()
+    env.bound_tree = Bound().visit
+    return env
+
+
+def _tojson(x: Any, indent: Any = None, ensure_ascii: bool = False, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    return json.dumps(x, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
+
+
+def _raise_exception(msg: str) -> None:
+    import jinja2
+    raise jinja2.exceptions.TemplateError(msg)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _render_chat(template: str, origin: str, variables: Mapping[str, Any]) -> str:
+    """``template`` rendered with ``variables`` under the bounds above; ``origin`` names it in errors."""
+    budget = _Budget(origin)
+    if len(template) > CHAT_TEMPLATE_MAX_SOURCE:
+        raise budget.fail(f"the template is {len(template)} characters long, over "
+                          f"rlxc.tokenizer.CHAT_TEMPLATE_MAX_SOURCE ({CHAT_TEMPLATE_MAX_SOURCE})")
+    try:
+        env = _chat_environment(budget)
+        tree = env.bound_tree(env.parse(template))
+        compiled = env.template_class.from_code(env, env.compile(tree), env.make_globals(None), None)
+        return str(compiled.render(**variables))
+    except (RecursionError, MemoryError, OverflowError) as e:
+        raise budget.fail(f"rendering failed: {type(e).__name__}: {e}") from e
 
 
 # ============================================================================ llama.cpp SPM
@@ -545,13 +779,16 @@ class HFTokenizer(Tokenizer):
         self.add_bos = bool(self.bos_id is not None and probe and probe[0] == self.bos_id)
         self.add_eos = bool(self.eos_id is not None and probe and probe[-1] == self.eos_id and len(probe) > 1)
         tmpl = cfg.get("chat_template")
+        origin = f"{os.path.join(folder, 'tokenizer_config.json')}: chat_template"
         jpath = os.path.join(folder, "chat_template.jinja")
         if tmpl is None and os.path.exists(jpath):
             with open(jpath, encoding="utf-8") as f:
                 tmpl = f.read()
+            origin = jpath
         if isinstance(tmpl, list):  # named templates: take "default"
             tmpl = next((t["template"] for t in tmpl if t.get("name") == "default"), None)
         self.chat_template = tmpl
+        _with_origin(self, origin)
         self._special = {i for i, t in self._tk.get_added_tokens_decoder().items() if t.special}
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -626,20 +863,31 @@ def from_gguf_metadata(md: Mapping[str, Any], source: str = "GGUF") -> Tokenizer
                   chat_template=get("tokenizer.chat_template", str), pad_id=get("tokenizer.ggml.padding_token_id", int),
                   unk_id=get("tokenizer.ggml.unknown_token_id", int))
     types = get("tokenizer.ggml.token_type", int, array=True)
+    tok: Tokenizer
     if kind == "llama":
-        return SPMTokenizer(tokens, get("tokenizer.ggml.scores", float, array=True), types,
+        tok = SPMTokenizer(tokens, get("tokenizer.ggml.scores", float, array=True), types,
                             add_bos=get("tokenizer.ggml.add_bos_token", bool, True),
                             add_eos=get("tokenizer.ggml.add_eos_token", bool, False),
                             add_space_prefix=get("tokenizer.ggml.add_space_prefix", bool, True),
                             model_name=get("general.name", str, ""), **common)
-    if kind == "gpt2":
+    elif kind == "gpt2":
         merges = get("tokenizer.ggml.merges", str, array=True)
         if merges is None:
             raise ValueError(f"{source}: GGUF gpt2 tokenizer lacks tokenizer.ggml.merges")
-        return BPETokenizer(tokens, merges, types, get("tokenizer.ggml.pre", str, "default"),
-                            add_bos=get("tokenizer.ggml.add_bos_token", bool, False),
-                            add_eos=get("tokenizer.ggml.add_eos_token", bool, False), **common)
-    raise NotImplementedError(f"{source}: GGUF tokenizer model {kind!r} is not supported (supported: llama, gpt2)")
+        tok = BPETokenizer(tokens, merges, types, get("tokenizer.ggml.pre", str, "default"),
+                           add_bos=get("tokenizer.ggml.add_bos_token", bool, False),
+                           add_eos=get("tokenizer.ggml.add_eos_token", bool, False), **common)
+    else:
+        raise NotImplementedError(f"{source}: GGUF tokenizer model {kind!r} is not supported (supported: llama, "
+                                  "gpt2)")
+    return _with_origin(tok, f"{source}: tokenizer.chat_template")
+
+
+def _with_origin(tok: Tokenizer, origin: str) -> Tokenizer:
+    """``tok`` with its loaded chat template's origin recorded (for error messages)."""
+    if tok.chat_template:
+        tok.chat_template_origin = (tok.chat_template, origin)
+    return tok
 
 
 def from_folder(folder: str) -> Tokenizer:
