@@ -4,7 +4,7 @@
 :class:`rlxc.Model`. The mapping is split in two pure parts, both usable on their own:
 
 * :func:`layer_fields` ``(config, i) -> dict``: the per-layer fields of rlxc.Layer, from the
-  config alone (docs/hf_layer_spec.md, tables A/B and section 4);
+  config alone, as each architecture's modeling code in transformers (``modeling_<type>.py``) reads it;
 * :func:`layer_weights` ``(model, i) -> dict[slot, float32 array]``: the weights of layer i under
   rlxc's slot names (fused phi3 projections split), plus the ``rope_freq_factors`` slot that
   expresses scaled RoPE variants.
