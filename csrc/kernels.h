@@ -91,6 +91,14 @@ rlxc_fp16 rlxc_f32_to_fp16(float f); /* round to nearest even, like numpy's asty
 float rlxc_bf16_to_f32(rlxc_bf16 h);
 rlxc_bf16 rlxc_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (as ggml and gguf) */
 
+/* Sizes. Every count a kernel takes (rows N, row length K, tokens T, ldy, vector lengths n) is
+ * an int of at most RLXC_MAX_COUNT, which leaves room for a loop's last step (i + W <= n, k0 +=
+ * RLXC_FX_CHUNK, ...) to stay within int. Offsets into the operands are products of counts
+ * (row * K, token * ldy, token * blocks per row): those pass 2^31 long before the operands stop
+ * fitting in memory, so every one is computed in size_t. The engine (pipeline.c) and the
+ * binding (ops.c) check sizes against RLXC_MAX_COUNT before calling kernels. */
+#define RLXC_MAX_COUNT (INT32_MAX - 4096)
+
 typedef struct rlxc_kernels {
     const char *isa;
 

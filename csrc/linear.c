@@ -129,9 +129,9 @@ void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_th
 #endif
         /* contiguous row ranges, multiples of 16 so that the 16-row SIMD tiles stay whole (the
          * AVX-512 GEMMs' 32- and 48-row tiles may end in a partial one per thread) */
-        const int chunk = ((N + nt - 1) / nt + 15) / 16 * 16;
-        const int n0 = ith * chunk < N ? ith * chunk : N;
-        const int n1 = n0 + chunk < N ? n0 + chunk : N;
+        const size_t chunk = ((size_t)(N + nt - 1) / nt + 15) / 16 * 16, first = ith * chunk;
+        const int n0 = first < (size_t)N ? (int)first : N;
+        const int n1 = (size_t)(N - n0) > chunk ? n0 + (int)chunk : N;
         float *dq = dequantize && T > 1 ? (float *)scratch + (size_t)ith * DQ_ROWS * K : NULL;
         linear_rows(y, w, xa, T, n0, n1, dequantize, dq);
     }

@@ -383,14 +383,14 @@ static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, 
     if (l->layer_scalar != 1.0f) kn->scale(x, l->layer_scalar, T * H);
 }
 
-/* Kernels count elements in int: T times any per-token width must fit. */
+/* Kernels count elements in int: T times any per-token width is at most RLXC_MAX_COUNT. */
 static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
         const size_t widths[] = {(size_t)l->hidden_size, (size_t)l->num_q_heads * l->head_dim,
                                  (size_t)l->intermediate_size, (size_t)l->ple_dim};
         for (size_t k = 0; k < sizeof widths / sizeof *widths; k++)
-            if ((size_t)T * widths[k] > INT32_MAX)
+            if ((size_t)T * widths[k] > RLXC_MAX_COUNT)
                 FAIL("%d tokens of layer %d's width %zu exceed what one call can hold: split the prefill", T, i,
                      widths[k]);
     }

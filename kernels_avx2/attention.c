@@ -23,11 +23,11 @@ RLXC_INLINE void axpy4(float *out, const float *p, const float *v, int n) {
         __m256 o = _mm256_loadu_ps(out + i);
         o = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v + i), o);
         o = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v + n + i), o);
-        o = _mm256_fmadd_ps(p2, _mm256_loadu_ps(v + 2 * n + i), o);
-        o = _mm256_fmadd_ps(p3, _mm256_loadu_ps(v + 3 * n + i), o);
+        o = _mm256_fmadd_ps(p2, _mm256_loadu_ps(v + 2 * (size_t)n + i), o);
+        o = _mm256_fmadd_ps(p3, _mm256_loadu_ps(v + 3 * (size_t)n + i), o);
         _mm256_storeu_ps(out + i, o);
     }
-    for (; i < n; i++) out[i] += p[0] * v[i] + p[1] * v[n + i] + p[2] * v[2 * n + i] + p[3] * v[3 * n + i];
+    for (; i < n; i++) out[i] += p[0] * v[i] + p[1] * v[n + i] + p[2] * v[2 * (size_t)n + i] + p[3] * v[3 * (size_t)n + i];
 }
 
 void rlxc_attn_head_avx2(float *out, const float *q, const float *k, const float *v, int head_dim,

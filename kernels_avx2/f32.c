@@ -11,16 +11,16 @@ RLXC_INLINE void f32_tile(float *y, int ldy, const float *w, const float *x, int
     int k = 0;
     for (; k + 8 <= K; k += 8) {
         __m256 xv[TILE_MAX];
-        RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);
+        RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * K + k);
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const __m256 wv = _mm256_loadu_ps(w + r * K + k);
+            const __m256 wv = _mm256_loadu_ps(w + (size_t)r * K + k);
             RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             float s = rlxc_hsum256(acc[r][t]);
-            for (int j = k; j < K; j++) s += w[r * K + j] * x[t * K + j];
+            for (int j = k; j < K; j++) s += w[(size_t)r * K + j] * x[(size_t)t * K + j];
             y[(size_t)t * ldy + r] = s;
         }
 }

@@ -28,8 +28,8 @@ static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
     for (int b = 0; b < nb; b++) {
         __m256i z[4];
         for (int k = 0; k < 4; k++) {
-            const __m128i lo = k < nr ? _mm_loadu_si128((const __m128i *)w[k * stride + b].qs) : _mm_setzero_si128();
-            const __m128i hi = 4 + k < nr ? _mm_loadu_si128((const __m128i *)w[(4 + k) * stride + b].qs) : _mm_setzero_si128();
+            const __m128i lo = k < nr ? _mm_loadu_si128((const __m128i *)w[(size_t)k * stride + b].qs) : _mm_setzero_si128();
+            const __m128i hi = 4 + k < nr ? _mm_loadu_si128((const __m128i *)w[(size_t)(4 + k) * stride + b].qs) : _mm_setzero_si128();
             z[k] = _mm256_set_m128i(hi, lo);
         }
         const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
@@ -41,7 +41,7 @@ static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
             dst[b].w[4 + j] = _mm256_and_si256(_mm256_srli_epi32(g[j], 4), m4);
         }
         rlxc_fp16 d[IL_ROWS] = {0};
-        for (int r = 0; r < nr; r++) d[r] = w[r * stride + b].d;
+        for (int r = 0; r < nr; r++) d[r] = w[(size_t)r * stride + b].d;
         dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
     }
 }
@@ -61,8 +61,8 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
             __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(q[0]));
             RLXC_UNROLL for (int g = 1; g < 8; g++)
                 s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[g], _mm256_set1_epi32(q[g])));
-            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(bias[t * nb + b]));
-            const __m256 scale = _mm256_mul_ps(wp[b].d, _mm256_set1_ps(dx[t * nb + b]));
+            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(bias[(size_t)t * nb + b]));
+            const __m256 scale = _mm256_mul_ps(wp[b].d, _mm256_set1_ps(dx[(size_t)t * nb + b]));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
         }
     }

@@ -9,7 +9,8 @@
  * An R x C tile: y[t * ldy + r], the float sums in 8 lanes added up at the end; one-token
  * tiles prefetch the next tile's rows as quant.c explains. quant.c's Q4_0 tile has the same
  * shape but keeps its own copy: through this template gcc allocated the registers of that
- * hottest kernel differently (block addresses here are w + r * nb + b, there &w[r * nb + b]). */
+ * hottest kernel differently (block addresses here are w + (size_t)r * nb + b, there
+ * &w[(size_t)r * nb + b]). */
 #ifndef RLXC_Q8_0_TILE_H
 #define RLXC_Q8_0_TILE_H
 
@@ -22,15 +23,15 @@
         RLXC_UNROLL for (int r = 0; r < R; r++)                                                              \
             RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                         \
         for (int b = 0; b < nb; b++) {                                                                       \
-            if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(wtype));                                \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(wtype));                           \
             __m256i q[TILE_MAX];                                                                             \
             __m256 dw[TILE_MAX];                                                                             \
             RLXC_UNROLL for (int r = 0; r < R; r++) {                                                        \
-                q[r] = unpack(w + r * nb + b);                                                               \
-                dw[r] = _mm256_set1_ps(rlxc_h2f((w + r * nb + b)->d));                                       \
+                q[r] = unpack(w + (size_t)r * nb + b);                                                       \
+                dw[r] = _mm256_set1_ps(rlxc_h2f((w + (size_t)r * nb + b)->d));                               \
             }                                                                                                \
             RLXC_UNROLL for (int t = 0; t < C; t++) {                                                        \
-                const block_q8_0 *xb = x + t * nb + b;                                                       \
+                const block_q8_0 *xb = x + (size_t)t * nb + b;                                               \
                 const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);                              \
                 const __m256i xt = xterm(xq);                                                                \
                 const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));                                           \
@@ -41,7 +42,7 @@
             }                                                                                                \
         }                                                                                                    \
         RLXC_UNROLL for (int r = 0; r < R; r++)                                                              \
-            RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);                \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);        \
     }
 
 #endif

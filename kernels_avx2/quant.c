@@ -49,15 +49,15 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_0));
+        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q4_0));
         __m256i nib[TILE_MAX];
         __m256 dw[TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            nib[r] = rlxc_q4_nibbles256(w[r * nb + b].qs);
-            dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
+            nib[r] = rlxc_q4_nibbles256(w[(size_t)r * nb + b].qs);
+            dw[r] = _mm256_set1_ps(rlxc_h2f(w[(size_t)r * nb + b].d));
         }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_0 *xb = x + t * nb + b;
+            const block_q8_0 *xb = x + (size_t)t * nb + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
             const __m256i x8 = rlxc_dot_u8s8(_mm256_set1_epi8(8), xq);
             const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
@@ -68,7 +68,7 @@ RLXC_INLINE void q4_0_tile(float *y, int ldy, const block_q4_0 *w, const block_q
         }
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
 /* Q8_0: the sign trick (|w| unsigned times x carrying w's sign) keeps maddubs signed x signed;
@@ -79,16 +79,16 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q8_0));
+        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q8_0));
         __m256i wq[TILE_MAX], wabs[TILE_MAX];
         __m256 dw[TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            wq[r] = _mm256_loadu_si256((const __m256i *)w[r * nb + b].qs);
+            wq[r] = _mm256_loadu_si256((const __m256i *)w[(size_t)r * nb + b].qs);
             wabs[r] = _mm256_sign_epi8(wq[r], wq[r]);
-            dw[r] = _mm256_set1_ps(rlxc_h2f(w[r * nb + b].d));
+            dw[r] = _mm256_set1_ps(rlxc_h2f(w[(size_t)r * nb + b].d));
         }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_0 *xb = x + t * nb + b;
+            const block_q8_0 *xb = x + (size_t)t * nb + b;
             const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->qs);
             const __m256 dx = _mm256_set1_ps(rlxc_h2f(xb->d));
             RLXC_UNROLL for (int r = 0; r < R; r++) {
@@ -98,7 +98,7 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
         }
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
 /* Decode streams 4 rows per tile; the GEMM keeps 2 rows x 3 tokens of accumulators (16 ymm

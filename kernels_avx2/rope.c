@@ -4,7 +4,7 @@
 
 void rlxc_rope_avx2(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half) {
     for (int h = 0; h < n_heads; h++) {
-        float *a = x + h * head_dim, *b = a + half;
+        float *a = x + (size_t)h * head_dim, *b = a + half;
         int k = 0;
         for (; k + 8 <= n_pairs; k += 8) {
             const __m256 x1 = _mm256_loadu_ps(a + k), x2 = _mm256_loadu_ps(b + k);

@@ -47,23 +47,23 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_k));
+        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q4_k));
         __m256i sc[TILE_MAX];   /* sc[0..8) as int16 in both lanes */
         __m128i mins[TILE_MAX]; /* m[0..8) as int16 */
         __m256i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            sc[r] = _mm256_broadcastsi128_si256(rlxc_q4_k_scales16(w[r * nb + b].scales, &mins[r]));
+            sc[r] = _mm256_broadcastsi128_si256(rlxc_q4_k_scales16(w[(size_t)r * nb + b].scales, &mins[r]));
             RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
         }
         /* 64 quants per step: sub-block 2i in the low nibbles of 32 bytes, 2i + 1 in the high */
         RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++)
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[r * nb + b].qs + 32 * i));
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[(size_t)r * nb + b].qs + 32 * i));
                 const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 const __m256i sl = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i)));
                 const __m256i sh = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const int8_t *xq = x[t * nb + b].qs + 64 * i;
+                    const int8_t *xq = x[(size_t)t * nb + b].qs + 64 * i;
                     const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
                     const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
                     sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(_mm256_madd_epi16(sl, pl),
@@ -71,10 +71,10 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
                 }
             }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_k *xb = x + t * nb + b;
+            const block_q8_k *xb = x + (size_t)t * nb + b;
             const __m128i xs = rlxc_q8_k_sums32(xb);
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const block_q4_k *wb = w + r * nb + b;
+                const block_q4_k *wb = w + (size_t)r * nb + b;
                 const __m256i msum = _mm256_zextsi128_si256(_mm_madd_epi16(mins[r], xs)); /* 4 lanes, rest 0 */
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r][t]), _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d),
                                             acc[r][t]);
@@ -84,7 +84,7 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         }
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
 /* ---- Q6_K ---- */
@@ -116,26 +116,26 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q6_k));
+        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q6_k));
         __m256i sumi[TILE_MAX][TILE_MAX], sc[TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            sc[r] = q6_k_scales_split(w + r * nb + b);
+            sc[r] = q6_k_scales_split(w + (size_t)r * nb + b);
             RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
         }
         RLXC_UNROLL for (int v = 0; v < RLXC_QK_K / 32; v++)
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i q = q6_k_quants(w + r * nb + b, v);
+                const __m256i q = q6_k_quants(w + (size_t)r * nb + b, v);
                 const __m256i s = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(v)));
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[t * nb + b].qs + 32 * v));
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].qs + 32 * v));
                     sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(s, _mm256_maddubs_epi16(q, xq)));
                 }
             }
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const block_q6_k *wb = w + r * nb + b;
+            const block_q6_k *wb = w + (size_t)r * nb + b;
             const __m256i sc16 = rlxc_q6_k_scales16(wb);
             RLXC_UNROLL for (int t = 0; t < C; t++) {
-                const block_q8_k *xb = x + t * nb + b;
+                const block_q8_k *xb = x + (size_t)t * nb + b;
                 const __m256i bias = rlxc_q6_k_offset_sums(sc16, xb);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r][t], bias)),
                                             _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d), acc[r][t]);
@@ -143,7 +143,7 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         }
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = rlxc_hsum256(acc[r][t]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);
 }
 
 /* ---- Q8_K activations: bit-identical with rlxc_quantize_row_q8_k ---- */
@@ -204,19 +204,19 @@ RLXC_INLINE __m256 bf16_load8(const rlxc_bf16 *p) {
             RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                      \
         int k = 0;                                                                                        \
         for (; k + 8 <= K; k += 8) {                                                                      \
-            if (C == 1) rlxc_prefetch(w + R * K + R * k, R * 8 * sizeof(htype));                          \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (K + k), R * 8 * sizeof(htype));                     \
             __m256 xv[TILE_MAX];                                                                          \
-            RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + t * K + k);                \
+            RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * K + k);        \
             RLXC_UNROLL for (int r = 0; r < R; r++) {                                                     \
-                const __m256 wv = load8(w + r * K + k);                                                   \
+                const __m256 wv = load8(w + (size_t)r * K + k);                                           \
                 RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]); \
             }                                                                                             \
         }                                                                                                 \
         RLXC_UNROLL for (int r = 0; r < R; r++)                                                           \
             RLXC_UNROLL for (int t = 0; t < C; t++) {                                                     \
                 float s = rlxc_hsum256(acc[r][t]);                                                        \
-                for (int j = k; j < K; j++) s += to_f32(w[r * K + j]) * x[t * K + j];                     \
-                y[t * ldy + r] = s;                                                                       \
+                for (int j = k; j < K; j++) s += to_f32(w[(size_t)r * K + j]) * x[(size_t)t * K + j];     \
+                y[(size_t)t * ldy + r] = s;                                                               \
             }                                                                                             \
     }
 

@@ -52,7 +52,8 @@ RLXC_INLINE __m512i load_rows16(const void *rows, size_t stride, int k, int nr) 
     return z;
 }
 
-/* The dwords at p + r * stride of 16 rows (stride in bytes), rows >= nr as zero. */
+/* The dwords at p + r * stride of 16 rows (stride in bytes), rows >= nr as zero. The offsets are
+ * 32-bit lanes: 15 * stride < 2^31 (DEFINE_IL_MATMUL sends longer rows elsewhere). */
 RLXC_INLINE __m512i gather_rows16(const void *p, size_t stride, int nr) {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)stride));
@@ -159,7 +160,7 @@ DEFINE_PACK(pack_q5_0, pack_q5_0_rows, block_q5_0)
 
 typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
 
-/* 32 rows x C tokens: y[t * ldy + r] for r < nr. bias[t * nb + b] = -weight_offset * sum of
+/* 32 rows x C tokens: y[t * ldy + r] for r < nr. bias[(size_t)t * nb + b] = -weight_offset * sum of
  * token t's block b, dx its scale. */
 RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const int32_t *bias,
                          const float *dx, int nb, int nr, const int C) {
@@ -173,13 +174,13 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
         }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
             const unaligned_i32 *q = (const unaligned_i32 *)x[(size_t)t * nb + b].qs;
-            __m512i s0 = _mm512_set1_epi32(bias[t * nb + b]), s1 = s0;
+            __m512i s0 = _mm512_set1_epi32(bias[(size_t)t * nb + b]), s1 = s0;
             RLXC_UNROLL for (int g = 0; g < 8; g++) {
                 const __m512i xg = _mm512_set1_epi32(q[g]);
                 s0 = _mm512_dpbusd_epi32(s0, w[0][g], xg);
                 s1 = _mm512_dpbusd_epi32(s1, w[1][g], xg);
             }
-            const __m512 d = _mm512_set1_ps(dx[t * nb + b]);
+            const __m512 d = _mm512_set1_ps(dx[(size_t)t * nb + b]);
             acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(wp[b].h[0].d, d), acc[0][t]);
             acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(wp[b].h[1].d, d), acc[1][t]);
         }
@@ -194,20 +195,17 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
 
 #include "../kernels_avx2/il_gemm.h"
 
-void rlxc_matmul_q4_0_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q4_0), xq, N, K, T,
-                                 pack_q4_0, 8))
-        rlxc_matmul_q4_0_pairs_avx512(y, ldy, w, xq, N, K, T);
-}
+/* The interleaved GEMM of a type for T >= IL_MIN_T, else (or out of memory) the one-row
+ * kernels. The packs gather 16 rows at 32-bit byte offsets r * row_bytes (gather_rows16):
+ * rows too long for those take the one-row kernels too. */
+#define DEFINE_IL_MATMUL(kind, wtype, offset, fallback)                                                         \
+    void rlxc_matmul_##kind##_avx512(float *y, int ldy, const wtype *w, const block_q8_0 *xq, int N, int K, int T) { \
+        const size_t row_bytes = (size_t)K / RLXC_QK * sizeof(wtype);                                           \
+        if (T < IL_MIN_T || 15 * row_bytes > INT32_MAX ||                                                        \
+            !il_gemm(y, ldy, w, row_bytes, xq, N, K, T, pack_##kind, offset))                                  \
+            fallback(y, ldy, w, xq, N, K, T);                                                                   \
+    }
 
-void rlxc_matmul_q5_0_avx512(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q5_0), xq, N, K, T,
-                                 pack_q5_0, 16))
-        rlxc_matmul_q5_0_rows_avx512(y, ldy, w, xq, N, K, T);
-}
-
-void rlxc_matmul_q8_0_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q8_0), xq, N, K, T,
-                                 pack_q8_0, 128))
-        rlxc_matmul_q8_0_pairs_avx512(y, ldy, w, xq, N, K, T);
-}
+DEFINE_IL_MATMUL(q4_0, block_q4_0, 8, rlxc_matmul_q4_0_pairs_avx512)
+DEFINE_IL_MATMUL(q5_0, block_q5_0, 16, rlxc_matmul_q5_0_rows_avx512)
+DEFINE_IL_MATMUL(q8_0, block_q8_0, 128, rlxc_matmul_q8_0_pairs_avx512)

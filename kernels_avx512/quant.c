@@ -66,11 +66,11 @@ RLXC_INLINE act_pair load_act_pair(const block_q8_0 *x, __m512i wbias, __m512 ds
         __m512i q[TILE_MAX];                                                                                   \
         __m512 dw[TILE_MAX];                                                                                   \
         RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
-            q[r] = wpair(w + r * nb + b, n);                                                                   \
-            dw[r] = pair_scales(w + r * nb + b, sizeof(wtype) / 2, n);                                         \
+            q[r] = wpair(w + (size_t)r * nb + b, n);                                                           \
+            dw[r] = pair_scales(w + (size_t)r * nb + b, sizeof(wtype) / 2, n);                                 \
         }                                                                                                      \
         RLXC_UNROLL for (int t = 0; t < C; t++) {                                                              \
-            const act_pair a = load_act_pair(x + t * nb + b, wbias, dscale, n);                                \
+            const act_pair a = load_act_pair(x + (size_t)t * nb + b, wbias, dscale, n);                        \
             RLXC_UNROLL for (int r = 0; r < R; r++) {                                                          \
                 const __m512i dot = _mm512_dpbusd_epi32(a.bias, q[r], a.q);                                    \
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], a.d), acc[r][t]);    \
@@ -84,12 +84,12 @@ RLXC_INLINE act_pair load_act_pair(const block_q8_0 *x, __m512i wbias, __m512 ds
             RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();                           \
         int b = 0;                                                                                             \
         for (; b + 2 <= nb; b += 2) {                                                                          \
-            if (C == 1) rlxc_prefetch(w + R * nb + R * b, 2 * R * sizeof(wtype));                              \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), 2 * R * sizeof(wtype));                        \
             name##_step(acc, w, x, nb, b, 2, R, C);                                                            \
         }                                                                                                      \
         if (b < nb) name##_step(acc, w, x, nb, b, 1, R, C);                                                    \
         RLXC_UNROLL for (int r = 0; r < R; r++)                                                                \
-            RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);          \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);  \
     }
 
 DEFINE_TILE(q4_0_tile, block_q4_0, q4_0_pair, Q4_LANES(0x08080808, (int)0x80808080),

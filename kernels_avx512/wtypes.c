@@ -44,12 +44,12 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q4_k));
+        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q4_k));
         __m512i sc[TILE_MAX]; /* sc[0..8) as int16 in every 128-bit lane */
         __m128i mins[TILE_MAX];
         __m512i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            sc[r] = _mm512_broadcast_i32x4(rlxc_q4_k_scales16(w[r * nb + b].scales, &mins[r]));
+            sc[r] = _mm512_broadcast_i32x4(rlxc_q4_k_scales16(w[(size_t)r * nb + b].scales, &mins[r]));
             RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm512_setzero_si512();
         }
         RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++) {
@@ -57,18 +57,18 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
             const __m512i pick = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(RLXC_PICK_WORD(2 * i)),
                                                          _mm512_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m512i q = q4_k_quants(w[r * nb + b].qs + 32 * i), s = _mm512_shuffle_epi8(sc[r], pick);
+                const __m512i q = q4_k_quants(w[(size_t)r * nb + b].qs + 32 * i), s = _mm512_shuffle_epi8(sc[r], pick);
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const __m512i xq = _mm512_loadu_si512(x[t * nb + b].qs + 64 * i);
+                    const __m512i xq = _mm512_loadu_si512(x[(size_t)t * nb + b].qs + 64 * i);
                     sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);
                 }
             }
         }
         RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_k *xb = x + t * nb + b;
+            const block_q8_k *xb = x + (size_t)t * nb + b;
             const __m128i xs = rlxc_q8_k_sums32(xb);
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const block_q4_k *wb = w + r * nb + b;
+                const block_q4_k *wb = w + (size_t)r * nb + b;
                 const __m512i msum = _mm512_zextsi128_si512(_mm_madd_epi16(mins[r], xs));
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]), _mm512_set1_ps(rlxc_h2f(wb->d) * xb->d),
                                             acc[r][t]);
@@ -78,7 +78,7 @@ RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q
         }
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 /* ---- Q6_K ---- */
@@ -106,14 +106,14 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
     RLXC_UNROLL for (int r = 0; r < R; r++)
         RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + R * nb + R * b, R * sizeof(block_q6_k));
+        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q6_k));
         __m512i sc[TILE_MAX]; /* the 16 scales as int16 in the low 256 bits */
         __m512i sumi[TILE_MAX][TILE_MAX];
         RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const __m256i s16 = rlxc_q6_k_scales16(&w[r * nb + b]);
+            const __m256i s16 = rlxc_q6_k_scales16(&w[(size_t)r * nb + b]);
             sc[r] = _mm512_castsi256_si512(s16);
             RLXC_UNROLL for (int t = 0; t < C; t++) {
-                const __m256i bias = rlxc_q6_k_offset_sums(s16, &x[t * nb + b]);
+                const __m256i bias = rlxc_q6_k_offset_sums(s16, &x[(size_t)t * nb + b]);
                 sumi[r][t] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), bias));
             }
         }
@@ -124,9 +124,9 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
                                                    0x0001000100010001ll * (4 * u + 2), 0x0001000100010001ll * (4 * u + 2),
                                                    0x0001000100010001ll * (4 * u + 3), 0x0001000100010001ll * (4 * u + 3));
             RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m512i q = q6_k_quants(w + r * nb + b, u), s = _mm512_permutexvar_epi16(pick, sc[r]);
+                const __m512i q = q6_k_quants(w + (size_t)r * nb + b, u), s = _mm512_permutexvar_epi16(pick, sc[r]);
                 RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const __m512i xq = _mm512_loadu_si512(x[t * nb + b].qs + 64 * u);
+                    const __m512i xq = _mm512_loadu_si512(x[(size_t)t * nb + b].qs + 64 * u);
                     sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);
                 }
             }
@@ -134,10 +134,10 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
         RLXC_UNROLL for (int r = 0; r < R; r++)
             RLXC_UNROLL for (int t = 0; t < C; t++)
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]),
-                                            _mm512_set1_ps(rlxc_h2f(w[r * nb + b].d) * x[t * nb + b].d), acc[r][t]);
+                                            _mm512_set1_ps(rlxc_h2f(w[(size_t)r * nb + b].d) * x[(size_t)t * nb + b].d), acc[r][t]);
     }
     RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 /* Decode tiles of 4 rows; GEMM tiles of 4 rows x 3 tokens (32 registers). Q5_0 GEMMs of 8 or

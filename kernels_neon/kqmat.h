@@ -38,7 +38,7 @@ RLXC_INLINE void kq_tile(float *y, int ldy, const void *w, const block_q8_k *x, 
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = 0.0f;
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_neon_prefetch((const char *)w + (size_t)(R * nb + R * b) * wsize, R * wsize);
+        if (C == 1) rlxc_neon_prefetch((const char *)w + (size_t)R * (nb + b) * wsize, R * wsize);
         for (int r = 0; r < R; r++) {
             const void *wb = (const char *)w + ((size_t)r * nb + b) * wsize;
             const block_q4_k *b4 = wb;

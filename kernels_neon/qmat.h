@@ -51,7 +51,7 @@ RLXC_INLINE void qmat_tile(float *y, int ldy, const void *w, const block_q8_0 *x
     for (int r = 0; r < R; r++)
         for (int t = 0; t < C; t++) acc[r][t] = vdupq_n_f32(0.0f);
     for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_neon_prefetch((const char *)w + (size_t)(R * nb + R * b) * wsize, R * wsize);
+        if (C == 1) rlxc_neon_prefetch((const char *)w + (size_t)R * (nb + b) * wsize, R * wsize);
         int8x16_t wq[TILE_MAX][2];
         float dw[TILE_MAX];
         for (int r = 0; r < R; r++) dw[r] = qmat_load_w(w, (size_t)r * nb + b, kind, wq[r]);

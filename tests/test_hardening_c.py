@@ -7,6 +7,7 @@ maps the kernel's shared zero page, so multi-GiB operands cost seconds and a few
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -99,6 +100,52 @@ assert pipe.n_past == 1
 print("ok")
 """)
     assert out.strip().endswith("ok")
+
+
+# ---------------------------------------- finding 2: element offsets of the kernels in int
+
+SIMD_ISAS = [i for i in rlxc.cpu_info()["available_isas"] if i != "scalar"]
+
+
+@no_huge_under_asan
+@pytest.mark.skipif(not SIMD_ISAS, reason="no SIMD kernels on this machine")
+@pytest.mark.parametrize("wtype", ["f16", "bf16", "f32"])
+def test_matmul_rows_past_2_31_elements(wtype):
+    # The issue's reproducer, with the fewest rows and columns that cross: a 4-row tile's last
+    # row starts at element 3 * K > 2^31 (int: negative, SIGSEGV). Two products per row, one in
+    # the vector body and one in the K % 8 tail, make every output a known integer.
+    out = run_child(f"""
+import numpy as np, rlxc
+K = 2**31 // 3 + 1
+x = np.zeros(K, np.float32)
+x[[K - 40, K - 1]] = [10, 1]
+w = np.zeros((4, K), np.float32 if "{wtype}" == "f32" else np.float16)
+w[:, [K - 40, K - 1]] = np.arange(1, 5)[:, None]
+if "{wtype}" == "bf16":
+    w = (w.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+b = w if "{wtype}" == "f32" else w.view(np.uint8)
+for isa in {SIMD_ISAS!r}:
+    rlxc.set_isa(isa)
+    y = rlxc.ops.matmul(x, b, wtype="{wtype}")
+    assert y.tolist() == [11.0, 22.0, 33.0, 44.0], (isa, y)
+print("ok")
+""")
+    assert out.strip() == "ok"
+
+
+@no_huge_under_asan
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the C kernel test")
+def test_kernel_offsets_past_2_31_in_c():
+    # Every ISA's products with ldy, row lengths and token strides past 2^31 elements, and the
+    # AVX-512 interleaved GEMMs' 32-bit gather offsets (which wrapped silently): tests/test_kernels.c --big.
+    out_dir = os.path.join(HERE, "..", "build", "kernel_test_big")
+    env = dict(os.environ, OUT=out_dir)
+    r = subprocess.run(["bash", os.path.join(HERE, "build_kernel_test.sh"), "--no-run"], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = subprocess.run([os.path.join(out_dir, "test_kernels"), "--big"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
+    assert "all kernels passed" in r.stdout and " FAIL " not in r.stdout
 
 
 # ------------------------------------------------- finding 4: Pipeline.__init__ and its iterable

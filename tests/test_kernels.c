@@ -1,6 +1,9 @@
 /* Every kernel of an ISA table against the scalar reference, on random shapes with tails.
  *
- *   test_kernels [scalar|avx2|avx512|neon]...   (default: every ISA this CPU and build run)
+ *   test_kernels [--big] [scalar|avx2|avx512|neon]...   (default: every ISA this CPU and build run)
+ *
+ * --big runs only the index tests of test_big: products of a row or token index with a row
+ * length or ldy past 2^31 (tens of GiB of address space, seconds; not for valgrind).
  *
  * RLXC_TEST_SEED=n in the environment changes the random data (default: a fixed seed).
  *
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../csrc/kernels.h"
 
@@ -608,17 +612,163 @@ static void test_elementwise(result *out, const rlxc_kernels *k) {
     }
 }
 
+/* ---- driver helpers ---- */
+
+/* The table of isa, or NULL after printing why this machine skips it. */
+static const rlxc_kernels *table_or_skip(const char *isa) {
+    char err[256];
+    if (rlxc_kernels_select(isa, err, sizeof err)) {
+        printf("%-8s SKIP  %s\n", isa, err);
+        return NULL;
+    }
+    return rlxc_kernels_active();
+}
+
+/* One line per result that ran any case; returns how many failed. */
+static int report(const rlxc_kernels *k, const result *res, int n) {
+    int bad = 0;
+    for (const result *r = res; r < res + n; r++) {
+        if (!r->cases) continue;
+        printf("%-8s %-18s %s  max err %.2e  (%d cases)%s%s\n", k->isa, r->name, r->failures ? "FAIL" : "PASS",
+               r->max_err, r->cases, r->failures ? "  first: " : "", r->failures ? r->first_failure : "");
+        bad += r->failures != 0;
+    }
+    return bad;
+}
+
+/* ---- indices past 2^31 (--big) ----
+ * A tile's element offsets (row r * K, token t * K, t * ldy) exceed INT_MAX long before the
+ * operands stop fitting in memory. The operands here are MAP_NORESERVE mappings: pages never
+ * written cost nothing, and pages only read map the kernel's shared zero page (its 2 MiB one
+ * where transparent huge pages are on), so a 16 GiB row costs a pass over cached zeros. A few
+ * elements are set so that every output is a known integer that a wrong offset would change
+ * (or a crash would stop). */
+
+static void *reserve(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "cannot reserve %zu bytes of address space\n", bytes);
+        exit(2);
+    }
+    madvise(p, bytes, MADV_HUGEPAGE); /* 512 times fewer read faults (THP set to madvise) */
+    return p;
+}
+
+/* Element i of a plain-float weight type (f32, f16, bf16) set to v. */
+static void set_float_weight(int kind, void *w, size_t i, float v) {
+    if (kind == W_F32) ((float *)w)[i] = v;
+    else if (kind == W_F16) ((rlxc_fp16 *)w)[i] = rlxc_f32_to_fp16(v);
+    else ((rlxc_bf16 *)w)[i] = rlxc_f32_to_bf16(v);
+}
+
+/* Output stores at t * ldy + n with ldy > 2^30: every weight type, T spanning every GEMM tile
+ * (3-token tiles, 4- and 6-token interleaved ones and their leftovers). ldy only moves the
+ * stores, so the rows must be bit-identical with the same kernel's at ldy = N, and each must
+ * be followed by untouched zeros. */
+static void big_ldy(result *r, const rlxc_kernels *k, int kind) {
+    enum { N = 37, T = 13 };
+    const int K = 2 * (wkinds[kind].qk == 1 ? 32 : wkinds[kind].qk);
+    const size_t ldy = ((size_t)1 << 30) + 5;
+    const size_t row_blocks = (size_t)K / wkinds[kind].qk;
+    void *w = xmalloc((size_t)N * row_blocks * wkinds[kind].bytes);
+    float *xd = xmalloc((size_t)T * K * sizeof(float)), ref[T * N];
+    random_weights(kind, w, (size_t)N * row_blocks);
+    void *x = random_activations(wkinds[kind].act, xd, T, K);
+    float *y = reserve(T * ldy * sizeof(float));
+    call_mat(k, kind, 1, ref, N, w, x, N, K, T);
+    call_mat(k, kind, 1, y, (int)ldy, w, x, N, K, T);
+    r->cases++;
+    static const float zeros[GUARD];
+    for (int t = 0; t < T; t++) {
+        const float *yt = y + (size_t)t * ldy;
+        if (memcmp(yt, ref + t * N, sizeof(float) * N) || memcmp(yt + N, zeros, sizeof zeros)) {
+            fail(r, "%s ldy %zu: token %d differs from ldy = N, or a store went past it", wkinds[kind].matmul, ldy, t);
+            break;
+        }
+    }
+    munmap(y, T * ldy * sizeof(float));
+    free(w), free(x), free(xd);
+}
+
+/* Rows of K > 2^31 / 4 plain-float weights (row 3 starts past element 2^31), and for T = 3
+ * tokens K > 2^30 activations (token 2 starts past it): y[t][n] = (t + 1) (n + 1) (1 + 10),
+ * from two nonzero products per dot, one in the vector body and one in the tail. */
+static void big_rows(result *r, const rlxc_kernels *k, int kind, int T) {
+    enum { N = 4 };
+    const size_t K = T == 1 ? ((size_t)1 << 31) / 3 + 1 : ((size_t)1 << 30) + 1;
+    void *w = reserve(N * K * wkinds[kind].bytes);
+    float *x = reserve(T * K * sizeof(float)), y[N * 3];
+    for (int n = 0; n < N; n++) {
+        set_float_weight(kind, w, n * K + K - 1, (float)(n + 1));
+        set_float_weight(kind, w, n * K + K - 40, (float)(n + 1));
+    }
+    for (int t = 0; t < T; t++) x[t * K + K - 1] = (float)(t + 1), x[t * K + K - 40] = 10.0f * (float)(t + 1);
+    call_mat(k, kind, T > 1, y, N, w, x, N, (int)K, T);
+    r->cases++;
+    for (int i = 0; i < N * T; i++)
+        if (y[i] != 11.0f * (float)(i / N + 1) * (float)(i % N + 1)) {
+            fail(r, "%s K %zu T %d: y[%d][%d] = %g", T > 1 ? wkinds[kind].matmul : wkinds[kind].matvec, K, T, i / N,
+                 i % N, y[i]);
+            break;
+        }
+    munmap(w, N * K * wkinds[kind].bytes);
+    munmap(x, T * K * sizeof(float));
+}
+
+/* Q5_0 / Q8_0 GEMMs of 8 tokens (AVX-512's interleaved GEMM, whose packs gather 16 rows at
+ * byte offsets r * row_bytes) with rows of more than 2^31 / 15 bytes: each row's last block
+ * holds quant v_n = n % 7 + 1 at element 0 with scale 1, each token's last block t + 1 there,
+ * so y[t][n] = v_n (t + 1). The activations are reserved zeros too (a zero Q8_0 block is
+ * zero bytes). Q4_0 is left out: AVX2's interleaved GEMM would copy a whole 8-row tile of such
+ * rows (2.3 GiB); its AVX-512 pack gathers with the same functions as these two. */
+static void big_blocks(result *r, const rlxc_kernels *k, int kind) {
+    enum { N = 16, T = 8 };
+    const size_t bytes = wkinds[kind].bytes, nb = ((size_t)1 << 31) / 15 / bytes + 1, row_bytes = nb * bytes;
+    const rlxc_fp16 one = rlxc_f32_to_fp16(1.0f);
+    uint8_t *w = reserve(N * row_bytes);
+    block_q8_0 *x = reserve(T * nb * sizeof(block_q8_0));
+    float y[N * T];
+    for (int n = 0; n < N; n++) {
+        uint8_t *b = w + n * row_bytes + (nb - 1) * bytes;
+        const int v = n % 7 + 1;
+        memcpy(b, &one, sizeof one); /* d comes first in all three */
+        if (kind == W_Q5_0) ((block_q5_0 *)b)->qs[0] = (uint8_t)v, ((block_q5_0 *)b)->qh[0] = 1; /* v + 16 - 16 */
+        else ((block_q8_0 *)b)->qs[0] = (int8_t)v;
+    }
+    for (int t = 0; t < T; t++) x[t * nb + nb - 1].d = one, x[t * nb + nb - 1].qs[0] = (int8_t)(t + 1);
+    call_mat(k, kind, 1, y, N, w, x, N, (int)(nb * wkinds[kind].qk), T);
+    r->cases++;
+    for (int i = 0; i < N * T; i++)
+        if (y[i] != (float)(i % N % 7 + 1) * (float)(i / N + 1)) {
+            fail(r, "%s K %zu: y[%d][%d] = %g", wkinds[kind].matmul, nb * wkinds[kind].qk, i / N, i % N, y[i]);
+            break;
+        }
+    munmap(w, N * row_bytes);
+    munmap(x, T * nb * sizeof(block_q8_0));
+}
+
+static int run_big(const char *isa) {
+    const rlxc_kernels *k = table_or_skip(isa);
+    if (!k) return 0;
+    result res[4] = {{.name = "big ldy"}, {.name = "big K rows"}, {.name = "big K tokens"}, {.name = "big K blocks"}};
+    for (int kind = 0; kind < N_WKINDS; kind++) {
+        big_ldy(&res[0], k, kind);
+        /* the scalar loops would take minutes over these rows; their offsets are those of
+         * RLXC_DEFINE_SCALAR_MAT, which big_ldy runs */
+        if (k == &rlxc_kernels_scalar) continue;
+        if (wkinds[kind].qk == 1) big_rows(&res[1], k, kind, 1), big_rows(&res[2], k, kind, 3);
+        if (kind == W_Q5_0 || kind == W_Q8_0) big_blocks(&res[3], k, kind);
+    }
+    return report(k, res, 4);
+}
+
 /* ---- driver ---- */
 
 #define N_RESULTS (2 * N_WKINDS + 14)
 
 static int run_isa(const char *isa) {
-    char err[256];
-    if (rlxc_kernels_select(isa, err, sizeof err)) {
-        printf("%-8s SKIP  %s\n", isa, err);
-        return 0;
-    }
-    const rlxc_kernels *k = rlxc_kernels_active();
+    const rlxc_kernels *k = table_or_skip(isa);
+    if (!k) return 0;
     result res[N_RESULTS];
     memset(res, 0, sizeof res);
     result *r = res;
@@ -631,31 +781,27 @@ static int run_isa(const char *isa) {
     test_rope(r++, k);
     test_attention(r++, k);
     test_elementwise(r, k);
-    int bad = 0;
-    for (int i = 0; i < N_RESULTS; i++) {
-        const result *r = res + i;
-        printf("%-8s %-18s %s  max err %.2e  (%d cases)%s%s\n", k->isa, r->name, r->failures ? "FAIL" : "PASS",
-               r->max_err, r->cases, r->failures ? "  first: " : "", r->failures ? r->first_failure : "");
-        bad += r->failures != 0;
-    }
-    return bad;
+    return report(k, res, N_RESULTS);
 }
 
 int main(int argc, char **argv) {
     static const char *all[] = {"scalar", "avx2", "avx512", "neon"};
-    int bad = 0;
+    int bad = 0, a = 1;
+    const int big = argc > 1 && !strcmp(argv[1], "--big");
+    int (*run)(const char *) = big ? run_big : run_isa;
+    a += big;
     if (getenv("RLXC_TEST_SEED")) rng_state = strtoull(getenv("RLXC_TEST_SEED"), NULL, 0);
-    if (argc > 1)
-        for (int i = 1; i < argc; i++) {
+    if (argc > a)
+        for (int i = a; i < argc; i++) {
             char err[256];
             if (rlxc_kernels_select(argv[i], err, sizeof err)) {
                 printf("%s\n", err);
                 return 2;
             }
-            bad += run_isa(argv[i]);
+            bad += run(argv[i]);
         }
     else
-        for (int i = 0; i < LEN(all); i++) bad += run_isa(all[i]);
+        for (int i = 0; i < LEN(all); i++) bad += run(all[i]);
     printf(bad ? "FAILED: %d kernel(s)\n" : "all kernels passed\n", bad);
     return bad ? 1 : 0;
 }

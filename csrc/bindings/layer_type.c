@@ -245,6 +245,10 @@ static PyObject *Layer_set_weight(PyObject *o, PyObject *args, PyObject *kw) {
         return NULL;
     }
     const npy_intp *d = PyArray_DIMS(a);
+    if (d[0] > INT32_MAX || (is_matrix && d[1] > INT32_MAX)) { /* weight shapes are ints, like the fields */
+        PyErr_Format(PyExc_ValueError, "weight '%s' is too large", rlxc_wslot_name((rlxc_wslot)s));
+        return NULL;
+    }
     const int rows = is_matrix ? (int)d[0] : 1, cols = (int)d[is_matrix ? 1 : 0];
     char err[RLXC_ERRLEN];
     /* the GIL stays held: a pipeline must never see a half-written slot */

@@ -13,15 +13,28 @@ static PyArrayObject *copy_of(PyArrayObject *x) {
     return y;
 }
 
-static int last_dim(PyArrayObject *a) { return (int)PyArray_DIM(a, PyArray_NDIM(a) - 1); }
+static npy_intp last_dim(PyArrayObject *a) { return PyArray_DIM(a, PyArray_NDIM(a) - 1); }
 
-static int vec_arg(PyObject *o, const char *name, int n, PyArrayObject **out) {
+/* Dimension i of a as a kernel count (kernels.h); -1 with a ValueError naming `name` beyond one. */
+static int count_dim(PyArrayObject *a, int i, const char *name, int *out) {
+    const npy_intp n = PyArray_DIM(a, i < 0 ? PyArray_NDIM(a) + i : i);
+    if (n > RLXC_MAX_COUNT) {
+        PyErr_Format(PyExc_ValueError, "%s is too large: %zd elements along an axis, the kernels take at most %d", name,
+                     (Py_ssize_t)n, RLXC_MAX_COUNT);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+static int vec_arg(PyObject *o, const char *name, npy_intp n, PyArrayObject **out) {
     *out = NULL;
     if (o == Py_None) return 0;
     PyArrayObject *a = as_f32(o, name, 1, 1);
     if (!a) return -1;
     if (PyArray_DIM(a, 0) != n) {
-        PyErr_Format(PyExc_ValueError, "%s must have shape (%d,), got (%zd,)", name, n, (Py_ssize_t)PyArray_DIM(a, 0));
+        PyErr_Format(PyExc_ValueError, "%s must have shape (%zd,), got (%zd,)", name, (Py_ssize_t)n,
+                     (Py_ssize_t)PyArray_DIM(a, 0));
         return -1;
     }
     *out = a;
@@ -45,7 +58,7 @@ static PyObject *quantize(PyObject *args, PyObject *kw, rlxc_wtype t, const char
     PyArrayObject *w = as_f32(wo, "w", 2, 2);
     if (!w) return NULL;
     const npy_intp N = PyArray_DIM(w, 0), K = PyArray_DIM(w, 1);
-    if (K == 0 || K % RLXC_QK || K > INT32_MAX) {
+    if (K == 0 || K % RLXC_QK || K > RLXC_MAX_COUNT) {
         PyErr_Format(PyExc_ValueError, "w must have a positive number of columns divisible by 32 for %s, got %zd", fname,
                      (Py_ssize_t)K);
         return NULL;
@@ -72,7 +85,7 @@ static PyArrayObject *blocks_arg(PyObject *o, const char *name, rlxc_wtype t, np
     PyArrayObject *a = (PyArrayObject *)o;
     const int block = rlxc_wtype_block_size(t);
     const npy_intp rb = PyArray_DIM(a, 1), bb = (npy_intp)rlxc_wtype_row_bytes(t, block);
-    if (rb == 0 || rb % bb || rb / bb * block > INT32_MAX) {
+    if (rb == 0 || rb % bb || rb / bb * block > RLXC_MAX_COUNT) {
         PyErr_Format(PyExc_ValueError, "%s rows must be a positive multiple of %zd bytes (one %s block of %d weights), got %zd",
                      name, (Py_ssize_t)bb, rlxc_wtype_name(t), block, (Py_ssize_t)rb);
         return NULL;
@@ -172,7 +185,7 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
         wa = blocks_arg(wo, "w", (rlxc_wtype)wt, &K);
     }
     if (!wa || nonempty(wa, "w")) return NULL;
-    if (PyArray_DIM(wa, 0) > INT32_MAX || K > INT32_MAX) {
+    if (PyArray_DIM(wa, 0) > RLXC_MAX_COUNT || K > RLXC_MAX_COUNT) {
         PyErr_SetString(PyExc_ValueError, "w is too large");
         return NULL;
     }
@@ -180,7 +193,8 @@ static PyObject *op_matmul(PyObject *m, PyObject *args, PyObject *kw) {
     w.cols = (int)K;
     w.data = PyArray_DATA(wa);
     if (last_dim(x) != K) {
-        PyErr_Format(PyExc_ValueError, "x's last dimension (%d) must equal w's input width (%zd)", last_dim(x), (Py_ssize_t)K);
+        PyErr_Format(PyExc_ValueError, "x's last dimension (%zd) must equal w's input width (%zd)", (Py_ssize_t)last_dim(x),
+                     (Py_ssize_t)K);
         return NULL;
     }
     const npy_intp T = PyArray_NDIM(x) == 2 ? PyArray_DIM(x, 0) : 1;
@@ -213,11 +227,11 @@ static PyObject *op_rmsnorm(PyObject *m, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOO:rmsnorm", kwlist, &xo, &wo, &epso, &offo)) return NULL;
     if ((epso && real_arg(epso, "eps", 1, &eps)) || (offo && real_arg(offo, "offset", 1, &offset))) return NULL;
     PyArrayObject *x = as_f32(xo, "x", 1, 8), *w;
-    if (!x || nonempty(x, "x") || vec_arg(wo, "w", x ? last_dim(x) : 0, &w)) return NULL;
+    int n;
+    if (!x || nonempty(x, "x") || count_dim(x, -1, "x", &n) || vec_arg(wo, "w", n, &w)) return NULL;
     if (!(eps > 0)) { PyErr_SetString(PyExc_ValueError, "eps must be > 0"); return NULL; }
     PyArrayObject *y = copy_of(x);
     if (!y) return NULL;
-    const int n = last_dim(x);
     const npy_intp rows = PyArray_SIZE(x) / n;
     float *yd = PyArray_DATA(y);
     const float *wd = w ? PyArray_DATA(w) : NULL;
@@ -234,12 +248,13 @@ static PyObject *op_layernorm(PyObject *m, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:layernorm", kwlist, &xo, &wo, &bo, &epso)) return NULL;
     if (epso && real_arg(epso, "eps", 1, &eps)) return NULL;
     PyArrayObject *x = as_f32(xo, "x", 1, 8), *w, *b;
-    if (!x || nonempty(x, "x") || vec_arg(wo, "w", last_dim(x), &w) || vec_arg(bo, "b", last_dim(x), &b)) return NULL;
+    int n;
+    if (!x || nonempty(x, "x") || count_dim(x, -1, "x", &n) || vec_arg(wo, "w", n, &w) || vec_arg(bo, "b", n, &b))
+        return NULL;
     if (!w) { PyErr_SetString(PyExc_TypeError, "w must be a float32 array, not None"); return NULL; }
     if (!(eps > 0)) { PyErr_SetString(PyExc_ValueError, "eps must be > 0"); return NULL; }
     PyArrayObject *y = copy_of(x);
     if (!y) return NULL;
-    const int n = last_dim(x);
     const npy_intp rows = PyArray_SIZE(x) / n;
     float *yd = PyArray_DATA(y);
     const float *wd = PyArray_DATA(w), *bd = b ? PyArray_DATA(b) : NULL;
@@ -262,11 +277,12 @@ static PyObject *op_rope(PyObject *m, PyObject *args, PyObject *kw) {
     if ((baseo && real_arg(baseo, "base", 1, &base)) || (afo && real_arg(afo, "attn_factor", 1, &attn_factor)))
         return NULL;
     PyArrayObject *x = as_f32(xo, "x", 2, 2), *ff;
-    if (!x || nonempty(x, "x") || int_arg(poso, "pos", 0, 1 << 24, &pos)) return NULL;
     rlxc_layer l;
     rlxc_layer_init(&l);
-    l.num_q_heads = l.num_kv_heads = (int)PyArray_DIM(x, 0);
-    l.head_dim = (int)PyArray_DIM(x, 1);
+    if (!x || nonempty(x, "x") || count_dim(x, 0, "x", &l.num_q_heads) || count_dim(x, 1, "x", &l.head_dim) ||
+        int_arg(poso, "pos", 0, 1 << 24, &pos))
+        return NULL;
+    l.num_kv_heads = l.num_q_heads;
     l.rotary_dim = l.head_dim;
     if (rdo != Py_None && int_arg(rdo, "rotary_dim", 0, l.head_dim, &l.rotary_dim)) return NULL;
     l.rope_base = (float)base;
@@ -305,9 +321,10 @@ static PyObject *op_attention(PyObject *m, PyObject *args, PyObject *kw) {
         (softcapo && real_arg(softcapo, "softcap", 1, &softcap)))
         return NULL;
     PyArrayObject *q = as_f32(qo, "q", 2, 2), *k = q ? as_f32(ko, "k", 3, 3) : NULL, *v = k ? as_f32(vo, "v", 3, 3) : NULL;
-    if (!v || nonempty(q, "q") || nonempty(k, "k")) return NULL;
-    const int nq = (int)PyArray_DIM(q, 0), hd = (int)PyArray_DIM(q, 1);
-    const int nkv = (int)PyArray_DIM(k, 0), S = (int)PyArray_DIM(k, 1);
+    int nq, hd, nkv, S;
+    if (!v || nonempty(q, "q") || nonempty(k, "k") || count_dim(q, 0, "q", &nq) || count_dim(q, 1, "q", &hd) ||
+        count_dim(k, 0, "k", &nkv) || count_dim(k, 1, "k", &S))
+        return NULL;
     if (PyArray_DIM(k, 2) != hd || !PyArray_SAMESHAPE(k, v)) {
         PyErr_Format(PyExc_ValueError, "k and v must both have shape (num_kv_heads, seq, %d)", hd);
         return NULL;
@@ -348,7 +365,7 @@ static PyArrayObject *elementwise_copy(PyObject *xo) {
     if (!x) return NULL;
     PyArrayObject *y = copy_of(x);
     if (!y) return NULL;
-    if (PyArray_SIZE(x) > INT32_MAX) { Py_DECREF(y); PyErr_SetString(PyExc_ValueError, "x is too large"); return NULL; }
+    if (PyArray_SIZE(x) > RLXC_MAX_COUNT) { Py_DECREF(y); PyErr_SetString(PyExc_ValueError, "x is too large"); return NULL; }
     return y;
 }
 
