@@ -314,7 +314,8 @@ RUNAWAY = {
     "nested loops": LOOP,
     "nested ranges of 10**6": "{% for i in range(10**6) %}{% for j in range(10**6) %}{% endfor %}{% endfor %}",
     "loop over a filter": "{% for i in range(100000) %}{% for j in range(100000)|list %}{% endfor %}{% endfor %}",
-    "binary recursion": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+    "binary recursion": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+                        "{{ f(60) }}",
     "endless recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
     # size: output, buffers, single operations
     "huge output": "{% for i in range(100000) %}{% for j in range(100000) %}" + "x" * 1000 + "{% endfor %}{% endfor %}",

@@ -1,7 +1,8 @@
 """Typing: the C module's stubs (python/rlxc/_rlxc.pyi) agree with the built module
 (``python -m mypy.stubtest rlxc._rlxc``, allowlist: tests/stubtest_allowlist.txt, each entry with
-its reason), and the example scripts pass ``mypy --strict`` against the package's annotations.
-Skipped when mypy is not installed (it is in the ``test`` extra)."""
+its reason), the example scripts pass ``mypy --strict`` against the package's annotations, and
+the installed package itself passes ``mypy --strict -p rlxc`` (settings: pyproject.toml's
+``[tool.mypy]``). Skipped when mypy is not installed (it is in the ``test`` extra)."""
 
 from __future__ import annotations
 
@@ -44,4 +45,12 @@ def test_examples_mypy_strict(cache):
     # --follow-imports=silent: the examples are held to --strict; rlxc's own modules are read for
     # their annotations (py.typed, _rlxc.pyi) but not re-checked here
     out = _mypy(["mypy", "--strict", "--follow-imports=silent", "--no-error-summary", *files], cache)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_package_mypy_strict(cache):
+    """``mypy --strict`` over the rlxc package as installed (what ``import rlxc`` finds, run from
+    outside the source tree): every module, the C module's stubs included."""
+    out = _mypy(["mypy", "--strict", "--config-file", os.path.join(ROOT, "pyproject.toml"), "-p", "rlxc"], cache,
+                timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -5,6 +5,7 @@ objects; a :class:`rlxc.Pipeline` runs a stack of them over per-layer KV caches.
 """
 
 import os as _os
+from typing import Any as _Any
 
 # GNU OpenMP spins 300k iterations at each barrier by default. A decode step runs a few
 # hundred short parallel regions, and on a shared machine a spinning thread steals the core
@@ -31,7 +32,7 @@ from .loaders import load, save  # noqa: E402
 __version__ = "0.1.0"
 
 
-def cpu_info() -> dict:
+def cpu_info() -> dict[str, _Any]:
     """CPU features, the active kernel ISA and the ISAs this build can run here."""
     return _rlxc.cpu_info()
 

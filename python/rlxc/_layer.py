@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -109,7 +109,7 @@ class Layer(_rlxc.Layer):
     def set_weight(self, name: str, array: np.ndarray, dtype: str = "f32") -> None:
         """Copy a float32 array into a weight, stored as ``dtype`` ('f32', 'f16', 'bf16', 'q4_0',
         'q8_0'); q5_0 / q4_k / q6_k weights come as GGUF bytes (``set_weight_raw`` / ``set_weight_view``)."""
-        super().set_weight(self.weight_name(name), array, dtype)
+        super().set_weight(self.weight_name(name), array, cast(Any, dtype))  # (the C call checks dtype)
 
     def set_weights(self, weights: Mapping[str, np.ndarray], dtype: str = "f32") -> None:
         """Set several weights; quantized ``dtype`` applies to matrices, vectors stay f32."""
@@ -132,7 +132,12 @@ class Layer(_rlxc.Layer):
     @property
     def weights(self) -> dict[str, np.ndarray]:
         """Every set weight as a float32 array (dequantized copies), by rlxc name."""
-        return {n: self.weight(n) for n in self.WEIGHTS if self.weight_type(n) is not None}
+        out: dict[str, np.ndarray] = {}
+        for n in self.WEIGHTS:
+            w = self.weight(n) if self.weight_type(n) is not None else None
+            if w is not None:
+                out[n] = w
+        return out
 
     def fields(self) -> dict[str, Any]:
         """The fields as a dict (what ``Layer(**layer.fields())`` rebuilds)."""
@@ -141,11 +146,10 @@ class Layer(_rlxc.Layer):
     @property
     def attention_kind(self) -> str:
         """'sliding(W)' or 'full', with ', shared KV of layer j' where it applies."""
-        kind = f"sliding({self.sliding_window})" if self.sliding_window else "full"
-        return kind + (f", KV of layer {self.kv_shared_from}" if self.kv_shared_from >= 0 else "")
+        return _attention_kind(self)
 
     def _weight_summary(self) -> str:
-        types = {}
+        types: dict[str, int] = {}
         for n in self.WEIGHTS:
             t = self.weight_type(n)
             if t is not None:
@@ -185,6 +189,11 @@ def _fmt(v: Any) -> str:
 _DEFAULT_FIELDS: dict[str, Any] = {}
 
 
+def _attention_kind(layer: _rlxc.Layer) -> str:
+    kind = f"sliding({layer.sliding_window})" if layer.sliding_window else "full"
+    return kind + (f", KV of layer {layer.kv_shared_from}" if layer.kv_shared_from >= 0 else "")
+
+
 class Pipeline(_rlxc.Pipeline):
     """A stack of Layers run over a per-layer KV cache (each sized by its own layer).
 
@@ -204,7 +213,7 @@ class Pipeline(_rlxc.Pipeline):
         head = ("<tr><th>#</th><th>attention</th><th>head_dim</th><th>q/kv heads</th><th>rope base</th>"
                 "<th>rotary</th><th>norm</th><th>ffn</th><th>weights</th></tr>")
         rows = "".join(
-            f"<tr><td>{i}</td><td>{lay.attention_kind}</td><td>{lay.head_dim}</td>"
+            f"<tr><td>{i}</td><td>{_attention_kind(lay)}</td><td>{lay.head_dim}</td>"
             f"<td>{lay.num_q_heads}/{lay.num_kv_heads}</td><td>{lay.rope_base:g}</td><td>{lay.rotary_dim}</td>"
             f"<td>{lay.norm_type.name}</td><td>{lay.ffn_type.name}/{lay.activation.name}</td>"
             f"<td>{lay._weight_summary() if isinstance(lay, Layer) else ''}</td></tr>"

@@ -137,7 +137,7 @@ def token_ids(value: Any, vocab_size: int, what: str = "token ids") -> np.ndarra
         for i, x in enumerate(a):
             if _is_bool(x) or not isinstance(x, numbers.Integral):
                 raise TypeError(f"{what} must be integers, got {type(x).__name__} {x!r} at position {i}")
-            if not 0 <= x < vocab_size:
+            if not 0 <= int(x) < vocab_size:
                 raise ValueError(f"{what}: token id {int(x)} at position {i} is out of range [0, {vocab_size})")
     elif a.dtype.kind not in "iu":
         raise TypeError(f"{what} must be integers, got an array of {a.dtype} ({a[0]!r} first)")

@@ -15,11 +15,12 @@ place. ``model.tokenizer`` (set by :func:`rlxc.load`) turns text into ids for :m
 from __future__ import annotations
 
 import html
-import importlib
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, cast
 
 import numpy as np
 
+from . import ops
+from ._layer import Layer, Pipeline
 from .generate import generate, token_ids
 
 __all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix"]
@@ -29,16 +30,12 @@ MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
                 "ple_gate", "ple_proj")
 
 _WTYPES = ("f32", "q4_0", "q8_0")
+_ACTIVATIONS: dict[str, Literal["q8", "f32"]] = {"q8": "q8", "f32": "f32"}
 
 # transformers model_type -> GGUF architecture name (for rlxc.save)
 _GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
               "gemma2": "gemma2", "gemma3_text": "gemma3", "gemma4_text": "gemma4", "starcoder2": "starcoder2",
               "phi3": "phi3"}
-
-
-def _rlxc():
-    """The rlxc package (imported lazily: this module is imported by rlxc/__init__.py)."""
-    return importlib.import_module(__package__ or "rlxc")
 
 
 def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
@@ -80,7 +77,7 @@ class QuantMatrix:
     def __getitem__(self, ids: Any) -> np.ndarray:
         from .loaders import dequantize
         if isinstance(ids, (int, np.integer)):
-            return dequantize(self.data[int(ids)][None, :], self.wtype, self.cols)[0]
+            return np.asarray(dequantize(self.data[int(ids)][None, :], self.wtype, self.cols)[0], np.float32)
         rows = self.data[np.asarray(ids).reshape(-1)] if not isinstance(ids, slice) else self.data[ids]
         out = dequantize(np.ascontiguousarray(rows), self.wtype, self.cols)
         if not isinstance(ids, slice):
@@ -104,7 +101,8 @@ class Model:
     changing a K/V shape: head_dim, num_kv_heads or kv_shared_from).
     """
 
-    def __init__(self, layers: Sequence[Any], embed: np.ndarray, *, lm_head: np.ndarray | None = None,
+    def __init__(self, layers: Sequence[Any], embed: np.ndarray | QuantMatrix, *,
+                 lm_head: np.ndarray | QuantMatrix | None = None,
                  weights: str = "f32", embed_scale: float = 1.0, norm_type: int = 0,
                  norm_weight: np.ndarray | None = None, norm_bias: np.ndarray | None = None,
                  norm_eps: float = 1e-6, norm_offset: float = 0.0, final_softcap: float = 0.0,
@@ -136,6 +134,7 @@ class Model:
         if weights not in _WTYPES:
             raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
         self.layers: list[Any] = list(layers)
+        self.embed: np.ndarray | QuantMatrix
         if isinstance(embed, QuantMatrix):
             self.embed = embed
         else:
@@ -155,10 +154,13 @@ class Model:
         self.weights = weights
         self.tied = lm_head is None
         self.arch = arch
-        self.tokenizer = tokenizer
+        self.tokenizer: Any = tokenizer
         self.metadata: dict[str, Any] = dict(metadata or {})
         if lm_head is None and isinstance(self.embed, QuantMatrix):
             lm_head = self.embed
+        self.lm_head_type: str
+        self._lm: np.ndarray
+        self.lm_vocab: int
         if isinstance(lm_head, QuantMatrix):
             if lm_head.cols != self.hidden_size:
                 raise ValueError(f"lm_head is {lm_head.shape}, hidden size is {self.hidden_size}")
@@ -167,11 +169,10 @@ class Model:
                         else lm_head.data)
             self.lm_vocab = lm_head.shape[0]
         else:
-            head = self.embed if lm_head is None else np.ascontiguousarray(lm_head, dtype=np.float32)
+            head = np.ascontiguousarray(self.embed if lm_head is None else lm_head, dtype=np.float32)
             if head.shape[1] != self.hidden_size:
                 raise ValueError(f"lm_head is {head.shape}, hidden size is {self.hidden_size}")
             self.lm_head_type = matrix_wtype(weights, head.shape)
-            ops = _rlxc().ops
             if self.lm_head_type == "q4_0":
                 self._lm = ops.quantize_q4_0(head)
             elif self.lm_head_type == "q8_0":
@@ -180,8 +181,9 @@ class Model:
                 self._lm = head
             self.lm_vocab = head.shape[0]
         self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
-        self._pipe = None
-        self._pipe_layers: tuple = ()
+        self._pipe: Pipeline | None = None
+        self._pipe_layers: tuple[int, ...] = ()
+        self._activations: Literal["q8", "f32"] = "q8"
         self.activations = activations
 
     @property
@@ -198,11 +200,11 @@ class Model:
 
     @activations.setter
     def activations(self, value: str) -> None:
-        if value not in ("q8", "f32"):
+        if value not in _ACTIVATIONS:
             raise ValueError(f"activations must be 'q8' or 'f32', got {value!r}")
-        self._activations = value
+        self._activations = _ACTIVATIONS[value]
         if self._pipe is not None:
-            self._pipe.activations = value
+            self._pipe.activations = self._activations
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -213,11 +215,10 @@ class Model:
         :func:`rlxc.hf.model_parts`. Matrices go to ``weights`` format when in-dim % 32 == 0."""
         if weights not in _WTYPES:
             raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
-        r = _rlxc()
         layers, wtypes = [], []
         for fields, ws in layer_specs:
-            layer = r.Layer(**dict(fields))
-            types = {}
+            layer = Layer(**dict(fields))
+            types: dict[str, str] = {}
             for slot, arr in ws.items():
                 arr = np.ascontiguousarray(arr, dtype=np.float32)
                 t = matrix_wtype(weights, arr.shape) if slot in MATRIX_SLOTS else "f32"
@@ -242,7 +243,7 @@ class Model:
         if self._pipe is None or ids != self._pipe_layers:
             if self._pipe is not None and self._pipe.n_past:
                 raise RuntimeError("model.layers was changed with tokens in the cache: call reset()")
-            self._pipe = _rlxc().Pipeline(self.layers, self.max_seq, threads=self.threads)
+            self._pipe = Pipeline(self.layers, self.max_seq, threads=self.threads)
             self._pipe.activations = self._activations
             self._pipe_layers = ids
         return self._pipe
@@ -295,7 +296,6 @@ class Model:
 
     def final_norm(self, h: np.ndarray) -> np.ndarray:
         """The model's final norm of h [T, hidden] (or [hidden])."""
-        ops = _rlxc().ops
         h = np.ascontiguousarray(h, dtype=np.float32)
         if self.norm_weight is None:
             return h
@@ -312,9 +312,9 @@ class Model:
 
     def logits(self, h_normed: np.ndarray) -> np.ndarray:
         """lm_head (+ final softcap) of already-normed hidden states (on ``self.threads``)."""
-        ops = _rlxc().ops
+        wtype: Any = self.lm_head_type  # (a str from the file; the C call checks it)
         z = np.asarray(ops.matmul(np.ascontiguousarray(h_normed, np.float32), self._lm,
-                                  wtype=self.lm_head_type, threads=self._threads, activations=self._activations),
+                                  wtype=wtype, threads=self._threads, activations=self._activations),
                        dtype=np.float32)
         if self.final_softcap > 0:
             z = np.asarray(ops.softcap(z, self.final_softcap), dtype=np.float32)
@@ -336,7 +336,7 @@ class Model:
             return None
         if logits == "last":
             out = np.asarray(out).reshape(len(ids), -1)[-1:]
-            return self.logits(self.final_norm(out))[0]
+            return np.asarray(self.logits(self.final_norm(out))[0])
         return self.logits(self.final_norm(out))
 
     def decode(self, token_id: int) -> np.ndarray:
@@ -348,12 +348,12 @@ class Model:
         ple = self.per_layer_inputs(ids, x)
         pipe = self.pipeline
         y = pipe.decode_token(x[0], pipe.n_past, ple=None if ple is None else ple[0])
-        return self.logits(self.final_norm(np.asarray(y).reshape(1, -1)))[0]
+        return np.asarray(self.logits(self.final_norm(np.asarray(y).reshape(1, -1)))[0])
 
     def forward(self, input_ids: Any) -> np.ndarray:
         """reset() then prefill(input_ids)."""
         self.reset()
-        return self.prefill(input_ids)
+        return cast(np.ndarray, self.prefill(input_ids))
 
     def trace(self, input_ids: Any) -> dict[str, np.ndarray]:
         """reset() and run input_ids keeping every intermediate:
@@ -406,13 +406,13 @@ class Model:
         """``model.tokenizer.encode`` (raises if the model has no tokenizer)."""
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer (attach one: model.tokenizer = rlxc.tokenizer.load(...))")
-        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+        return [int(i) for i in self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)]
 
     def detokenize(self, ids: Any) -> str:
         """``model.tokenizer.decode``."""
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer")
-        return self.tokenizer.decode(list(np.asarray(ids).reshape(-1)))
+        return str(self.tokenizer.decode(list(np.asarray(ids).reshape(-1))))
 
     # ------------------------------------------------------------------ display
     def _wtypes(self, i: int) -> dict[str, str]:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+from . import loaders
 
 __all__ = ["compare", "Report", "Row", "errors", "hf_reference"]
 
@@ -71,7 +73,7 @@ class Report:
     tol: float
     n_tokens: int = 0
     title: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def first_bad(self) -> str | None:
@@ -193,10 +195,10 @@ def hf_trace(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
     ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64).reshape(1, -1))
     layers = hf_model.model.layers
     captured: dict[int, np.ndarray] = {}
-    hooks = []
+    hooks: list[Any] = []
 
-    def make_hook(i: int):
-        def hook(_mod, _args, out):
+    def make_hook(i: int) -> Callable[[Any, Any, Any], None]:
+        def hook(_mod: Any, _args: Any, out: Any) -> None:
             t = out[0] if isinstance(out, (tuple, list)) else out
             captured[i] = t.detach().to(torch.float64).cpu().numpy()[0].copy()
         return hook
@@ -270,12 +272,11 @@ def hf_reference(path: Any, threads: int | None = None) -> Any:
                              "one GGUF file")
         p = os.path.join(p, ggufs[0])
     if os.path.isdir(p):
-        hf = transformers.AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32,
-                                                               attn_implementation="eager")
+        hf: Any = transformers.AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32,
+                                                                    attn_implementation="eager")
         return hf.eval()
     if not os.path.exists(p):
         raise FileNotFoundError(p)
-    from . import loaders
 
     g = loaders.read_gguf(p)
     cls_name, model_name, kw = loaders.gguf_hf_config(g)

@@ -30,14 +30,14 @@ import os
 import re
 import time
 import warnings
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from .loaders import gguf_meta, read_gguf
 
 __all__ = ["Tokenizer", "SPMTokenizer", "BPETokenizer", "HFTokenizer", "from_gguf_metadata", "from_folder", "load",
-           "StreamDecoder", "ChatTemplateError", "CHAT_TEMPLATE_TIME_LIMIT", "CHAT_TEMPLATE_MAX_CHARS",
+           "StreamDecoder", "Decoder", "ChatTemplateError", "CHAT_TEMPLATE_TIME_LIMIT", "CHAT_TEMPLATE_MAX_CHARS",
            "CHAT_TEMPLATE_MAX_SOURCE"]
 
 # llama.cpp token types (gguf TokenType)
@@ -67,6 +67,14 @@ def _per_token(values: Any, n: int, fill: float, dtype: Any, what: str) -> np.nd
     return a
 
 
+class Decoder(Protocol):
+    """What :meth:`Tokenizer.decoder` returns: ``push(id) -> str`` as ids come, ``flush() -> str``."""
+
+    def push(self, token_id: int) -> str: ...
+
+    def flush(self) -> str: ...
+
+
 class StreamDecoder:
     """Turns token ids into text pieces as they come, holding back incomplete UTF-8 sequences."""
 
@@ -93,7 +101,7 @@ class Tokenizer:
     vocab_size: int = 0
     bos_id: int | None = None
     eos_id: int | None = None
-    eog_ids: frozenset = frozenset()
+    eog_ids: frozenset[int] = frozenset()
     add_bos: bool = False
     add_eos: bool = False
     chat_template: str | None = None
@@ -119,7 +127,7 @@ class Tokenizer:
         d = StreamDecoder(self, skip_special)
         return "".join(d.push(i) for i in ids) + d.flush()
 
-    def decoder(self, skip_special: bool = True) -> StreamDecoder:
+    def decoder(self, skip_special: bool = True) -> Decoder:
         """A :class:`StreamDecoder` (``push(id) -> str``, ``flush() -> str``)."""
         return StreamDecoder(self, skip_special)
 
@@ -279,7 +287,7 @@ def _chat_environment(budget: _Budget) -> Any:
     def env_call(name: str, *args: Any) -> Any:
         return nodes.Call(nodes.EnvironmentAttribute(name), list(args), [], None, None)
 
-    class Bound(NodeTransformer):  # type: ignore[misc]
+    class Bound(NodeTransformer):
         """Routes loops, ``~`` and writes through the environment's checks."""
 
         def visit_For(self, node: Any) -> Any:
@@ -288,14 +296,15 @@ def _chat_environment(budget: _Budget) -> Any:
             return node
 
         def visit_Concat(self, node: Any) -> Any:
-            return env_call("bounded_concat", *self.generic_visit(node).nodes)
+            visited: Any = self.generic_visit(node)
+            return env_call("bounded_concat", *visited.nodes)
 
         def visit_Output(self, node: Any) -> Any:
             node = self.generic_visit(node)
             node.nodes = [env_call("bounded_write", n) for n in node.nodes]
             return node
 
-    class Env(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+    class Env(ImmutableSandboxedEnvironment):
         intercepted_binops = frozenset({"*", "**", "%", "+"})
 
         def __init__(self) -> None:
@@ -347,7 +356,9 @@ def _chat_environment(budget: _Budget) -> Any:
 
         def bounded_concat(self, *parts: Any) -> str:
             budget.need(sum(len(p) for p in parts if isinstance(p, str)), "the result of ~")
-            return budget.size("".join(map(str, parts)), "the result of ~")
+            out = "".join(map(str, parts))
+            budget.size(out, "the result of ~")
+            return out
 
         def bounded_write(self, value: Any) -> Any:
             budget.tick()
@@ -357,9 +368,11 @@ def _chat_environment(budget: _Budget) -> Any:
                                   "(rlxc.tokenizer.CHAT_TEMPLATE_MAX_CHARS)")
             return value
 
-    env = Env()
-    env.bound_tree = Bound().visit
-    return env
+        def bound_tree(self, tree: Any) -> Any:
+            """The parsed template with its loops, ``~`` and writes routed through the checks."""
+            return Bound().visit(tree)
+
+    return Env()
 
 
 def _tojson(x: Any, indent: Any = None, ensure_ascii: bool = False, separators: Any = None,
@@ -393,7 +406,7 @@ def _render_chat(template: str, origin: str, variables: Mapping[str, Any]) -> st
 
 # ============================================================================ llama.cpp SPM
 
-def _with_special_ids(md: dict, chat_template: str | None, **ids: int | None) -> dict:
+def _with_special_ids(md: dict[str, Any], chat_template: str | None, **ids: int | None) -> dict[str, Any]:
     """GGUF metadata for the special token ids that are set, and the chat template if any."""
     for key, v in ids.items():
         if v is not None:
@@ -417,11 +430,11 @@ class SPMTokenizer(Tokenizer):
         self.tokens = tokens if isinstance(tokens, list) and all(tokens) else [
             t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         self.scores = array.array("f", _per_token(scores, n, 0.0, "<f4", "scores").tobytes())
-        types = _per_token(types, n, NORMAL, np.int64, "token types")
+        type_ids = _per_token(types, n, NORMAL, np.int64, "token types")
         lut = np.zeros(8, np.uint16)  # type -> attribute bits; other types (clipped to 0 or 7) have none
         for k, v in _TYPE_ATTR.items():
             lut[k] = v
-        self.attrs = array.array("H", lut[np.clip(types, 0, lut.size - 1)].tobytes())
+        self.attrs = array.array("H", lut[np.clip(type_ids, 0, lut.size - 1)].tobytes())
         self.token_to_id: dict[str, int] = {}
         for i, t in enumerate(self.tokens):
             self.token_to_id[t] = i  # the last duplicate wins, as in llama.cpp
@@ -430,31 +443,31 @@ class SPMTokenizer(Tokenizer):
         self.chat_template = chat_template
         eog = {x for x in (eos_id, eot_id, eom_id) if x is not None and 0 <= x < n}
         for t in _EOG_TEXTS:
-            i = self.token_to_id.get(t)
-            if i is not None:
-                eog.add(i)
-                if not self.attrs[i] & A_CONTROL:
-                    self.attrs[i] = A_CONTROL
+            e = self.token_to_id.get(t)
+            if e is not None:
+                eog.add(e)
+                if not self.attrs[e] & A_CONTROL:
+                    self.attrs[e] = A_CONTROL
         self.eog_ids = frozenset(eog)
         special = [i for i, a in enumerate(self.attrs) if a & (A_CONTROL | A_USER_DEFINED | A_UNKNOWN)]
         if any(k in model_name.lower() for k in ("phi-3", "phi3")):  # llama.cpp's Phi-3 attribute hack
             for i in special:
                 self.attrs[i] |= A_RSTRIP
             for t, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
-                i = self.token_to_id.get(t)
-                if i is not None:
-                    self.attrs[i] = (self.attrs[i] | A_RSTRIP) if on else (self.attrs[i] & ~A_RSTRIP)
+                j = self.token_to_id.get(t)
+                if j is not None:
+                    self.attrs[j] = (self.attrs[j] | A_RSTRIP) if on else (self.attrs[j] & ~A_RSTRIP)
         # longest first (llama.cpp sorts by byte length; ties keep id order here)
         self._special = sorted(special, key=lambda i: -len(_utf8(self.tokens[i])))
         self.bos_token = self.tokens[bos_id] if bos_id is not None and 0 <= bos_id < n else ""
         self.eos_token = self.tokens[eos_id] if eos_id is not None and 0 <= eos_id < n else ""
         self._byte_ids: dict[int, int] = {}
         for b in range(256):
-            i = self.token_to_id.get(f"<0x{b:02X}>")
-            if i is None:
-                i = self.token_to_id.get(chr(b)) if b < 128 else None
-            if i is not None:
-                self._byte_ids[b] = i
+            bid = self.token_to_id.get(f"<0x{b:02X}>")
+            if bid is None:
+                bid = self.token_to_id.get(chr(b)) if b < 128 else None
+            if bid is not None:
+                self._byte_ids[b] = bid
 
     # ------------------------------------------------------------------ encode
     def _partition(self, text: str, parse_special: bool) -> list[Any]:
@@ -803,7 +816,7 @@ class HFTokenizer(Tokenizer):
             return b""
         return _utf8(self._tk.decode([int(token_id)], skip_special_tokens=not special))
 
-    def decoder(self, skip_special: bool = True) -> "_PrefixDecoder":
+    def decoder(self, skip_special: bool = True) -> Decoder:
         return _PrefixDecoder(self, skip_special)
 
     def __repr__(self) -> str:
@@ -815,7 +828,8 @@ class _PrefixDecoder:
     once it no longer ends in an incomplete character."""
 
     def __init__(self, tok: HFTokenizer, skip_special: bool) -> None:
-        self.tok, self.skip, self.ids, self.sent = tok, skip_special, [], 0
+        self.tok, self.skip, self.sent = tok, skip_special, 0
+        self.ids: list[int] = []
 
     def push(self, token_id: int) -> str:
         self.ids.append(int(token_id))
@@ -833,7 +847,7 @@ class _PrefixDecoder:
         return new
 
 
-def _read_json(path: str) -> dict:
+def _read_json(path: str) -> dict[str, Any]:
     if not os.path.exists(path):
         return {}
     try:
@@ -895,7 +909,7 @@ def from_folder(folder: str) -> Tokenizer:
     return HFTokenizer(folder)
 
 
-def load(path: str | os.PathLike) -> Tokenizer | None:
+def load(path: str | os.PathLike[str]) -> Tokenizer | None:
     """A tokenizer from a GGUF file (its metadata only) or a Hugging Face folder."""
     p = os.fspath(path)
     if os.path.isdir(p):
