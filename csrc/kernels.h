@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rlxc.h"
+
 #define RLXC_QK 32 /* weights per quantization block (GGUF Q4_0 / Q8_0) */
 
 typedef uint16_t rlxc_fp16;
@@ -99,44 +101,34 @@ rlxc_bf16 rlxc_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (a
  * binding (ops.c) check sizes against RLXC_MAX_COUNT before calling kernels. */
 #define RLXC_MAX_COUNT (INT32_MAX - 4096)
 
+/* The kernels of one weight type. Weights are row-major W[N][K] in the type's GGUF layout (rows of
+ * K / block blocks), passed as void pointers as ggml does, so that every type's kernels have one
+ * signature and a table indexed by type holds them; each kernel reads its own type.
+ * matvec: y[n] = dot(W[n], x); matmul: y[t*ldy + n] = dot(W[n], x[t]) for t < T. */
+typedef struct {
+    /* The activations the products take. NULL: float rows (f32, f16, bf16 weights). Else blocks
+     * of x_block values, x_block_bytes each, that quantize_x makes from a float row of K (a
+     * multiple of x_block): Q8_0 for q4_0 / q5_0 / q8_0, Q8_K for q4_k / q6_k, bit-identical
+     * across ISAs. This is how RLXC_ACT_Q8 multiplies the block types. */
+    void (*quantize_x)(void *y, const float *x, int K);
+    int x_block;
+    size_t x_block_bytes;
+    void (*matvec)(float *y, const void *w, const void *x, int N, int K);
+    void (*matmul)(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
+    /* Block types only (NULL for the float types), for RLXC_ACT_F32: one row -> K floats,
+     * bit-exact with the scalar twins (and gguf.quants.dequantize), and the decode product of
+     * the dequantized rows with float activations, y[n] = dot(W[n], x). */
+    void (*dequantize)(float *y, const void *w, int K);
+    void (*matvec_fx)(float *y, const void *w, const float *x, int N, int K);
+} rlxc_wtype_kernels;
+
+/* Entries of rlxc_kernels.wt: indexed by rlxc_wtype, ggml's type ids (so GGUF types index it
+ * directly); ids that are no rlxc type hold NULLs. */
+#define RLXC_WTYPE_IDS (RLXC_BF16 + 1)
+
 typedef struct rlxc_kernels {
     const char *isa;
-
-    /* Row-major weights W[N][K]; y[t*ldy + n] = dot(W[n], x[t]) for t < T.
-     * Q4_0/Q8_0 weights take activations already quantized to Q8_0 rows of K/32 blocks. */
-    void (*matvec_f32)(float *y, const float *w, const float *x, int N, int K);
-    void (*matmul_f32)(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
-    void (*matvec_q4_0)(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
-    void (*matmul_q4_0)(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-    void (*matvec_q8_0)(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
-    void (*matmul_q8_0)(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
-    void (*quantize_row_q8_0)(block_q8_0 *y, const float *x, int K); /* K % 32 == 0 */
-    /* GGUF weight types beyond Q4_0/Q8_0: Q5_0 takes Q8_0 activations, Q4_K and Q6_K take
-     * Q8_K rows of K/256 blocks, F16 and BF16 take the float activations. */
-    void (*matvec_q5_0)(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
-    void (*matmul_q5_0)(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
-    void (*matvec_q4_k)(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
-    void (*matmul_q4_k)(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
-    void (*matvec_q6_k)(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
-    void (*matmul_q6_k)(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
-    void (*matvec_f16)(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
-    void (*matmul_f16)(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
-    void (*matvec_bf16)(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
-    void (*matmul_bf16)(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
-    void (*quantize_row_q8_k)(block_q8_k *y, const float *x, int K); /* K % 256 == 0 */
-    /* One row -> K floats, bit-exact with the scalar twins (and gguf.quants.dequantize): the
-     * f32-activation path of rlxc_linear multiplies these rows instead of quantizing x. */
-    void (*dequantize_q4_0)(float *y, const block_q4_0 *x, int K);
-    void (*dequantize_q8_0)(float *y, const block_q8_0 *x, int K);
-    void (*dequantize_q5_0)(float *y, const block_q5_0 *x, int K);
-    void (*dequantize_q4_k)(float *y, const block_q4_k *x, int K);
-    void (*dequantize_q6_k)(float *y, const block_q6_k *x, int K);
-    /* Decode of the f32-activation path: y[n] = dot(dequantized W[n], x), x float. */
-    void (*matvec_fx_q4_0)(float *y, const block_q4_0 *w, const float *x, int N, int K);
-    void (*matvec_fx_q8_0)(float *y, const block_q8_0 *w, const float *x, int N, int K);
-    void (*matvec_fx_q5_0)(float *y, const block_q5_0 *w, const float *x, int N, int K);
-    void (*matvec_fx_q4_k)(float *y, const block_q4_k *w, const float *x, int N, int K);
-    void (*matvec_fx_q6_k)(float *y, const block_q6_k *w, const float *x, int N, int K);
+    rlxc_wtype_kernels wt[RLXC_WTYPE_IDS]; /* a weight w's kernels: wt[w->type] */
 
     /* y = x / rms(x) * (w_offset + w); w == NULL means no weight (v-norm). */
     void (*rmsnorm)(float *y, const float *x, const float *w, float w_offset, float eps, int n);
@@ -149,7 +141,10 @@ typedef struct rlxc_kernels {
     void (*rope)(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);
 
     /* One query head against n_keys contiguous keys/values [n_keys][head_dim]:
-     * out = softmax(softcap(scale * q.k)) @ v. scratch holds n_keys floats (or is unused). */
+     * out = softmax(softcap(scale * q.k)) @ v. scratch holds n_keys floats (or is unused).
+     * out must not overlap q, k, v or scratch: implementations may write out before they are
+     * done reading q (NEON's one-pass softmax accumulates into out while it reads q), and the
+     * engine and rlxc.ops.attention pass separate buffers. */
     void (*attn_head)(float *out, const float *q, const float *k, const float *v, int head_dim,
                       int n_keys, float scale, float softcap, float *scratch);
 
@@ -161,53 +156,85 @@ typedef struct rlxc_kernels {
     void (*softcap)(float *y, float cap, int n);                    /* y = cap * tanh(y / cap) */
 } rlxc_kernels;
 
-/* The table of an ISA whose kernels are named rlxc_<kernel>_<suffix>, with a suffix per group
- * so that a table can take a group from another ISA: f32 the f32 products, q the Q4_0 / Q8_0
- * products, wq the Q5_0 / Q4_K / Q6_K products, half the F16 / BF16 products, dq the
- * dequantizers of the block types (rlxc_dequantize_row_<type>_<dq>), fx their matvecs with
- * float activations, ops the norms,
- * RoPE, attention and element-wise kernels. The activation quantizers are named in full (the
- * reference's have no suffix). Every table is spelled out here once, so a kernel added to the
- * struct above and here reaches every ISA, and one an ISA lacks fails its build. */
-#define RLXC_KERNEL_TABLE(name, f32, q, quantize_q8_0, wq, half, quantize_q8_k, dq, fx, ops)                    \
-    {                                                                                                           \
-        .isa = name, .matvec_f32 = rlxc_matvec_f32_##f32, .matmul_f32 = rlxc_matmul_f32_##f32,                  \
-        .matvec_q4_0 = rlxc_matvec_q4_0_##q, .matmul_q4_0 = rlxc_matmul_q4_0_##q,                               \
-        .matvec_q8_0 = rlxc_matvec_q8_0_##q, .matmul_q8_0 = rlxc_matmul_q8_0_##q,                               \
-        .quantize_row_q8_0 = quantize_q8_0,                                                                     \
-        .matvec_q5_0 = rlxc_matvec_q5_0_##wq, .matmul_q5_0 = rlxc_matmul_q5_0_##wq,                             \
-        .matvec_q4_k = rlxc_matvec_q4_k_##wq, .matmul_q4_k = rlxc_matmul_q4_k_##wq,                             \
-        .matvec_q6_k = rlxc_matvec_q6_k_##wq, .matmul_q6_k = rlxc_matmul_q6_k_##wq,                             \
-        .matvec_f16 = rlxc_matvec_f16_##half, .matmul_f16 = rlxc_matmul_f16_##half,                             \
-        .matvec_bf16 = rlxc_matvec_bf16_##half, .matmul_bf16 = rlxc_matmul_bf16_##half,                         \
-        .quantize_row_q8_k = quantize_q8_k,                                                                     \
-        .dequantize_q4_0 = rlxc_dequantize_row_q4_0_##dq, .dequantize_q8_0 = rlxc_dequantize_row_q8_0_##dq,     \
-        .dequantize_q5_0 = rlxc_dequantize_row_q5_0_##dq, .dequantize_q4_k = rlxc_dequantize_row_q4_k_##dq,     \
-        .dequantize_q6_k = rlxc_dequantize_row_q6_k_##dq,                                                       \
-        .matvec_fx_q4_0 = rlxc_matvec_fx_q4_0_##fx, .matvec_fx_q8_0 = rlxc_matvec_fx_q8_0_##fx,                 \
-        .matvec_fx_q5_0 = rlxc_matvec_fx_q5_0_##fx, .matvec_fx_q4_k = rlxc_matvec_fx_q4_k_##fx,                 \
-        .matvec_fx_q6_k = rlxc_matvec_fx_q6_k_##fx,                                                             \
-        .rmsnorm = rlxc_rmsnorm_##ops, .layernorm = rlxc_layernorm_##ops, .rope = rlxc_rope_##ops,              \
-        .attn_head = rlxc_attn_head_##ops, .silu = rlxc_silu_##ops, .gelu_tanh = rlxc_gelu_tanh_##ops,          \
-        .mul = rlxc_mul_##ops, .add = rlxc_add_##ops, .scale = rlxc_scale_##ops, .softcap = rlxc_softcap_##ops, \
+/* Kernel names: rlxc_<kernel>_<suffix>, with a suffix per group so that a table can take a
+ * group from another ISA: f32 the f32 products, q the Q4_0 / Q8_0 products, wq the Q5_0 /
+ * Q4_K / Q6_K products, half the F16 / BF16 products, xq the activation quantizers
+ * (rlxc_quantize_row_q8_0_<xq>, ..._q8_k_<xq>), dq the dequantizers of the block types
+ * (rlxc_dequantize_row_<type>_<dq>), fx their matvecs with float activations, ops the norms,
+ * RoPE, attention and element-wise kernels. The tables and the prototypes are both spelled
+ * out by the macros below, once, so a kernel added to the struct and here reaches every ISA,
+ * and one an ISA lacks fails its build. */
+
+#define RLXC_FLOAT_WTYPE(type, sfx) \
+    {.matvec = rlxc_matvec_##type##_##sfx, .matmul = rlxc_matmul_##type##_##sfx}
+#define RLXC_BLOCK_WTYPE(type, sfx, x_type, x_block_size, xq, dq, fx)                       \
+    {.quantize_x = rlxc_quantize_row_##x_type##_##xq, .x_block = x_block_size,              \
+     .x_block_bytes = sizeof(block_##x_type), .matvec = rlxc_matvec_##type##_##sfx,         \
+     .matmul = rlxc_matmul_##type##_##sfx, .dequantize = rlxc_dequantize_row_##type##_##dq, \
+     .matvec_fx = rlxc_matvec_fx_##type##_##fx}
+
+#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops)                                \
+    {                                                                                                     \
+        .isa = name,                                                                                      \
+        .wt = {[RLXC_F32] = RLXC_FLOAT_WTYPE(f32, sf32), [RLXC_F16] = RLXC_FLOAT_WTYPE(f16, shalf),       \
+               [RLXC_BF16] = RLXC_FLOAT_WTYPE(bf16, shalf),                                               \
+               [RLXC_Q4_0] = RLXC_BLOCK_WTYPE(q4_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                    \
+               [RLXC_Q8_0] = RLXC_BLOCK_WTYPE(q8_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                    \
+               [RLXC_Q5_0] = RLXC_BLOCK_WTYPE(q5_0, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
+               [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
+               [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
+        .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
+        .attn_head = rlxc_attn_head_##sops, .silu = rlxc_silu_##sops, .gelu_tanh = rlxc_gelu_tanh_##sops, \
+        .mul = rlxc_mul_##sops, .add = rlxc_add_##sops, .scale = rlxc_scale_##sops,                       \
+        .softcap = rlxc_softcap_##sops,                                                                   \
     }
 
-/* Scalar reference kernels: always present, the oracle for every other ISA. */
+/* Prototypes of one group of kernels with suffix sfx (the groups of RLXC_KERNEL_TABLE); an ISA's
+ * header declares the groups its directory defines. */
+#define RLXC_DECLARE_MAT(type, sfx)                                                        \
+    void rlxc_matvec_##type##_##sfx(float *y, const void *w, const void *x, int N, int K); \
+    void rlxc_matmul_##type##_##sfx(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
+#define RLXC_DECLARE_F32(sfx) RLXC_DECLARE_MAT(f32, sfx)
+#define RLXC_DECLARE_Q(sfx) RLXC_DECLARE_MAT(q4_0, sfx) RLXC_DECLARE_MAT(q8_0, sfx)
+#define RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_MAT(q5_0, sfx) RLXC_DECLARE_MAT(q4_k, sfx) RLXC_DECLARE_MAT(q6_k, sfx)
+#define RLXC_DECLARE_HALF(sfx) RLXC_DECLARE_MAT(f16, sfx) RLXC_DECLARE_MAT(bf16, sfx)
+#define RLXC_DECLARE_XQ(sfx)                                           \
+    void rlxc_quantize_row_q8_0_##sfx(void *y, const float *x, int K); \
+    void rlxc_quantize_row_q8_k_##sfx(void *y, const float *x, int K);
+/* M(type, sfx) for each block type */
+#define RLXC_FOR_BLOCK_TYPES(M, sfx) M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_k, sfx) M(q6_k, sfx)
+#define RLXC_DECLARE_DQ_1(type, sfx) void rlxc_dequantize_row_##type##_##sfx(float *y, const void *w, int K);
+#define RLXC_DECLARE_FX_1(type, sfx) \
+    void rlxc_matvec_fx_##type##_##sfx(float *y, const void *w, const float *x, int N, int K);
+#define RLXC_DECLARE_DQ(sfx) RLXC_FOR_BLOCK_TYPES(RLXC_DECLARE_DQ_1, sfx)
+#define RLXC_DECLARE_FX(sfx) RLXC_FOR_BLOCK_TYPES(RLXC_DECLARE_FX_1, sfx)
+#define RLXC_DECLARE_OPS(sfx)                                                                                  \
+    void rlxc_rmsnorm_##sfx(float *y, const float *x, const float *w, float w_offset, float eps, int n);       \
+    void rlxc_layernorm_##sfx(float *y, const float *x, const float *w, const float *b, float eps, int n);     \
+    void rlxc_rope_##sfx(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, \
+                         int half);                                                                            \
+    void rlxc_attn_head_##sfx(float *out, const float *q, const float *k, const float *v, int head_dim,        \
+                              int n_keys, float scale, float softcap, float *scratch);                         \
+    void rlxc_silu_##sfx(float *y, const float *x, int n);                                                     \
+    void rlxc_gelu_tanh_##sfx(float *y, const float *x, int n);                                                \
+    void rlxc_mul_##sfx(float *y, const float *a, const float *b, int n);                                      \
+    void rlxc_add_##sfx(float *y, const float *a, int n);                                                      \
+    void rlxc_scale_##sfx(float *y, float s, int n);                                                           \
+    void rlxc_softcap_##sfx(float *y, float cap, int n);
+/* Every group: an ISA that defines all its kernels itself. */
+#define RLXC_DECLARE_KERNELS(sfx)                                                         \
+    RLXC_DECLARE_F32(sfx) RLXC_DECLARE_Q(sfx) RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_HALF(sfx) \
+    RLXC_DECLARE_XQ(sfx) RLXC_DECLARE_DQ(sfx) RLXC_DECLARE_FX(sfx) RLXC_DECLARE_OPS(sfx)
+
+/* Scalar reference kernels: always present, the oracle for every other ISA (kernels_ref.h
+ * names them). */
 extern const rlxc_kernels rlxc_kernels_scalar;
 
-/* Reference quantizers and dequantizers, bit-exact with the gguf package (and ggml's *_ref). */
+/* Reference weight quantizer and dequantizers of the float types, bit-exact with the gguf
+ * package (and ggml's *_ref). */
 void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K);
-void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K);
-void rlxc_dequantize_row_q4_0_scalar(float *y, const block_q4_0 *x, int K);
-void rlxc_dequantize_row_q8_0_scalar(float *y, const block_q8_0 *x, int K);
-/* The other GGUF types (kernels_wtypes.c): dequantizers bit-exact with gguf.quants.dequantize,
- * and ggml's reference Q8_K activation quantizer (quantize_row_q8_K_ref). */
-void rlxc_dequantize_row_q5_0_scalar(float *y, const block_q5_0 *x, int K);
-void rlxc_dequantize_row_q4_k_scalar(float *y, const block_q4_k *x, int K);
-void rlxc_dequantize_row_q6_k_scalar(float *y, const block_q6_k *x, int K);
 void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K);
 void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K);
-void rlxc_quantize_row_q8_k(block_q8_k *y, const float *x, int K);
 
 /* ISA tables, present only where the build compiled them (NULL otherwise). */
 const rlxc_kernels *rlxc_kernels_avx2(void);

@@ -25,7 +25,8 @@ void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K) {
     }
 }
 
-void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K) {
+void rlxc_quantize_row_q8_0_scalar(void *vy, const float *x, int K) {
+    block_q8_0 *y = vy;
     for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
         float amax = 0.0f;
         for (int j = 0; j < RLXC_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -36,7 +37,8 @@ void rlxc_quantize_row_q8_0(block_q8_0 *y, const float *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q4_0_scalar(float *y, const block_q4_0 *x, int K) {
+void rlxc_dequantize_row_q4_0_scalar(float *y, const void *vx, int K) {
+    const block_q4_0 *x = vx;
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const float d = rlxc_fp16_to_f32(x[b].d);
         for (int j = 0; j < RLXC_QK / 2; j++) {
@@ -46,7 +48,8 @@ void rlxc_dequantize_row_q4_0_scalar(float *y, const block_q4_0 *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q8_0_scalar(float *y, const block_q8_0 *x, int K) {
+void rlxc_dequantize_row_q8_0_scalar(float *y, const void *vx, int K) {
+    const block_q8_0 *x = vx;
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const float d = rlxc_fp16_to_f32(x[b].d);
         for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)x[b].qs[j];
@@ -169,5 +172,5 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
     for (int i = 0; i < n; i++) y[i] = cap * tanhf(y[i] / cap);
 }
 
-const rlxc_kernels rlxc_kernels_scalar = RLXC_KERNEL_TABLE("scalar", scalar, scalar, rlxc_quantize_row_q8_0, scalar, scalar,
-                                                           rlxc_quantize_row_q8_k, scalar, scalar, scalar);
+const rlxc_kernels rlxc_kernels_scalar =
+    RLXC_KERNEL_TABLE("scalar", scalar, scalar, scalar, scalar, scalar, scalar, scalar, scalar);

@@ -30,7 +30,9 @@
  * tokens take 1-row / 1-token tiles. */
 #define RLXC_TCHUNK 64
 #define RLXC_DEFINE_MATMUL(name, wtype, xtype, qk, tile, MV_R, GM_R, GM_C)                                       \
-    void name(float *y, int ldy, const wtype *w, const xtype *xq, int N, int K, int T) {                         \
+    void name(float *y, int ldy, const void *vw, const void *vx, int N, int K, int T) {                          \
+        const wtype *w = vw;                                                                                     \
+        const xtype *xq = vx;                                                                                    \
         const int nb = K / (qk);                                                                                 \
         for (int t0 = 0; t0 < T; t0 += RLXC_TCHUNK) {                                                            \
             const int t1 = t0 + RLXC_TCHUNK < T ? t0 + RLXC_TCHUNK : T;                                          \
@@ -56,28 +58,29 @@
     RLXC_DEFINE_MATMUL(name, wtype, block_q8_0, RLXC_QK, tile, MV_R, GM_R, GM_C)
 
 /* A matvec as the one-token case of its matmul. */
-#define RLXC_DEFINE_MATVEC(name, matmul, wtype, xtype) \
-    void name(float *y, const wtype *w, const xtype *xq, int N, int K) { matmul(y, N, w, xq, N, K, 1); }
+#define RLXC_DEFINE_MATVEC(name, matmul) \
+    void name(float *y, const void *w, const void *x, int N, int K) { matmul(y, N, w, x, N, K, 1); }
 
 /* Matvec of a block type with float activations for ISAs without a fused kernel: each row is
  * dequantized RLXC_FX_CHUNK weights at a time into an L1 buffer and dotted with the ISA's f32
  * matvec (a multiple of every block size, so chunks hold whole blocks). */
 #define RLXC_FX_CHUNK 1024
-#define RLXC_DEFINE_MATVEC_FX(name, wtype, qk, dequantize, matvec_f32)               \
-    void name(float *y, const wtype *w, const float *x, int N, int K) {              \
-        float buf_[RLXC_FX_CHUNK];                                                   \
-        const int nb = K / (qk);                                                     \
-        for (int n = 0; n < N; n++) {                                                \
-            float s = 0.0f;                                                          \
-            for (int k0 = 0; k0 < K; k0 += RLXC_FX_CHUNK) {                          \
-                const int kc = K - k0 < RLXC_FX_CHUNK ? K - k0 : RLXC_FX_CHUNK;      \
-                float part;                                                          \
-                dequantize(buf_, w + (size_t)n * nb + k0 / (qk), kc);                \
-                matvec_f32(&part, buf_, x + k0, 1, kc);                              \
-                s += part;                                                           \
-            }                                                                        \
-            y[n] = s;                                                                \
-        }                                                                            \
+#define RLXC_DEFINE_MATVEC_FX(name, wtype, qk, dequantize, matvec_f32)          \
+    void name(float *y, const void *vw, const float *x, int N, int K) {         \
+        const wtype *w = vw;                                                    \
+        float buf_[RLXC_FX_CHUNK];                                              \
+        const int nb = K / (qk);                                                \
+        for (int n = 0; n < N; n++) {                                           \
+            float s = 0.0f;                                                     \
+            for (int k0 = 0; k0 < K; k0 += RLXC_FX_CHUNK) {                     \
+                const int kc = K - k0 < RLXC_FX_CHUNK ? K - k0 : RLXC_FX_CHUNK; \
+                float part;                                                     \
+                dequantize(buf_, w + (size_t)n * nb + k0 / (qk), kc);           \
+                matvec_f32(&part, buf_, x + k0, 1, kc);                         \
+                s += part;                                                      \
+            }                                                                   \
+            y[n] = s;                                                           \
+        }                                                                       \
     }
 
 /* The five of an ISA, from its dequantizers (suffix dq) and f32 matvec (suffix f32). */

@@ -42,7 +42,8 @@ static void unpack_q6_k(int8_t q[RLXC_QK_K], const block_q6_k *b) {
 
 /* ---- dequantization (bit-exact with the gguf package) ---- */
 
-void rlxc_dequantize_row_q5_0_scalar(float *y, const block_q5_0 *x, int K) {
+void rlxc_dequantize_row_q5_0_scalar(float *y, const void *vx, int K) {
+    const block_q5_0 *x = vx;
     int8_t q[RLXC_QK];
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const float d = rlxc_fp16_to_f32(x[b].d);
@@ -51,7 +52,8 @@ void rlxc_dequantize_row_q5_0_scalar(float *y, const block_q5_0 *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q4_k_scalar(float *y, const block_q4_k *x, int K) {
+void rlxc_dequantize_row_q4_k_scalar(float *y, const void *vx, int K) {
+    const block_q4_k *x = vx;
     uint8_t q[RLXC_QK_K], sm[16];
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_fp16_to_f32(x[b].d), dmin = rlxc_fp16_to_f32(x[b].dmin);
@@ -64,7 +66,8 @@ void rlxc_dequantize_row_q4_k_scalar(float *y, const block_q4_k *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q6_k_scalar(float *y, const block_q6_k *x, int K) {
+void rlxc_dequantize_row_q6_k_scalar(float *y, const void *vx, int K) {
+    const block_q6_k *x = vx;
     int8_t q[RLXC_QK_K];
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_fp16_to_f32(x[b].d);
@@ -95,7 +98,8 @@ static int nearest_int(float f) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-void rlxc_quantize_row_q8_k(block_q8_k *y, const float *x, int K) {
+void rlxc_quantize_row_q8_k_scalar(void *vy, const float *x, int K) {
+    block_q8_k *y = vy;
     for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
         /* the signed value of largest magnitude (first one on ties) maps to -127 */
         float amax = 0.0f, max = 0.0f;

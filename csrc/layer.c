@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels.h"
+#include "kernels_ref.h"
 #include "rlxc.h"
 
 void rlxc_layer_init(rlxc_layer *l) {
@@ -122,54 +122,44 @@ int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s) {
     }
 }
 
-/* Every weight type: name, weights per block, bytes per block. */
-static const struct {
-    rlxc_wtype type;
-    const char *name;
-    int block;
-    size_t bytes;
-} wtypes[] = {
-    {RLXC_F32, "f32", 1, sizeof(float)},
-    {RLXC_F16, "f16", 1, sizeof(rlxc_fp16)},
-    {RLXC_BF16, "bf16", 1, sizeof(rlxc_bf16)},
-    {RLXC_Q4_0, "q4_0", RLXC_QK, sizeof(block_q4_0)},
-    {RLXC_Q5_0, "q5_0", RLXC_QK, sizeof(block_q5_0)},
-    {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0)},
-    {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k)},
-    {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k)},
+/* Q5_0 and the K-quants are not made from floats: that needs ggml's search for scales. */
+const rlxc_wtype_info rlxc_wtypes[] = {
+    {RLXC_F32, "f32", 1, sizeof(float), 1},
+    {RLXC_F16, "f16", 1, sizeof(rlxc_fp16), 1},
+    {RLXC_BF16, "bf16", 1, sizeof(rlxc_bf16), 1},
+    {RLXC_Q4_0, "q4_0", RLXC_QK, sizeof(block_q4_0), 1},
+    {RLXC_Q5_0, "q5_0", RLXC_QK, sizeof(block_q5_0), 0},
+    {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0), 1},
+    {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k), 0},
+    {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k), 0},
 };
-#define N_WTYPES ((int)(sizeof wtypes / sizeof *wtypes))
+const int rlxc_n_wtypes = (int)(sizeof rlxc_wtypes / sizeof *rlxc_wtypes);
 
-static int wtype_index(rlxc_wtype t) {
-    for (int i = 0; i < N_WTYPES; i++)
-        if (wtypes[i].type == t) return i;
-    return -1;
+static const rlxc_wtype_info *wtype_info(rlxc_wtype t) {
+    for (int i = 0; i < rlxc_n_wtypes; i++)
+        if (rlxc_wtypes[i].type == t) return &rlxc_wtypes[i];
+    return NULL;
 }
 
 const char *rlxc_wtype_name(rlxc_wtype t) {
-    const int i = wtype_index(t);
-    return i < 0 ? "?" : wtypes[i].name;
+    const rlxc_wtype_info *i = wtype_info(t);
+    return i ? i->name : "?";
 }
 
 int rlxc_wtype_from_name(const char *name) {
-    for (int i = 0; i < N_WTYPES; i++)
-        if (!strcmp(name, wtypes[i].name)) return (int)wtypes[i].type;
+    for (int i = 0; i < rlxc_n_wtypes; i++)
+        if (!strcmp(name, rlxc_wtypes[i].name)) return (int)rlxc_wtypes[i].type;
     return -1;
 }
 
 int rlxc_wtype_block_size(rlxc_wtype t) {
-    const int i = wtype_index(t);
-    return i < 0 ? 0 : wtypes[i].block;
+    const rlxc_wtype_info *i = wtype_info(t);
+    return i ? i->block : 0;
 }
 
 size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols) {
-    const int i = wtype_index(t);
-    return i < 0 ? 0 : (size_t)(cols / wtypes[i].block) * wtypes[i].bytes;
-}
-
-/* The types rlxc makes from floats; Q5_0 and the K-quants need ggml's search for scales. */
-static int makes_from_floats(rlxc_wtype t) {
-    return t == RLXC_F32 || t == RLXC_F16 || t == RLXC_BF16 || t == RLXC_Q4_0 || t == RLXC_Q8_0;
+    const rlxc_wtype_info *i = wtype_info(t);
+    return i ? (size_t)(cols / i->block) * i->block_bytes : 0;
 }
 
 int rlxc_quantize_row(rlxc_wtype t, void *y, const float *x, int K) {
@@ -178,7 +168,7 @@ int rlxc_quantize_row(rlxc_wtype t, void *y, const float *x, int K) {
     case RLXC_F16: for (int k = 0; k < K; k++) ((rlxc_fp16 *)y)[k] = rlxc_f32_to_fp16(x[k]); return 0;
     case RLXC_BF16: for (int k = 0; k < K; k++) ((rlxc_bf16 *)y)[k] = rlxc_f32_to_bf16(x[k]); return 0;
     case RLXC_Q4_0: rlxc_quantize_row_q4_0(y, x, K); return 0;
-    case RLXC_Q8_0: rlxc_quantize_row_q8_0(y, x, K); return 0;
+    case RLXC_Q8_0: rlxc_quantize_row_q8_0_scalar(y, x, K); return 0;
     default: return -1;
     }
 }
@@ -246,7 +236,7 @@ int rlxc_layer_set_weight(rlxc_layer *l, rlxc_wslot s, const float *data, int ro
         return -1;
     }
     if (check_slot_shape(l, s, rows, cols, type, err)) return -1;
-    if (!makes_from_floats(type)) {
+    if (!wtype_info(type)->from_floats) { /* known: check_slot_shape checked it */
         snprintf(err, RLXC_ERRLEN, "weight '%s': rlxc cannot quantize floats to %s; set %s weights from their GGUF "
                  "bytes (set_weight_raw / set_weight_view)", slot_names[s], rlxc_wtype_name(type), rlxc_wtype_name(type));
         return -1;

@@ -111,6 +111,20 @@ int rlxc_layer_set_weight_raw(rlxc_layer *l, rlxc_wslot s, const void *data, int
 int rlxc_layer_set_weight_view(rlxc_layer *l, rlxc_wslot s, const void *data, int rows, int cols,
                                rlxc_wtype type, char *err);
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s);
+/* Every weight type rlxc knows, rlxc_n_wtypes of them in this order: f32, f16, bf16, q4_0, q5_0,
+ * q8_0, q4_k, q6_k. from_floats: rlxc_layer_set_weight makes it from floats (q5_0 and the
+ * K-quants arrive already quantized, as GGUF bytes). */
+typedef struct {
+    rlxc_wtype type;    /* ggml's type id */
+    const char *name;   /* "f32", "q4_k", ... */
+    int block;          /* weights per block: 1, 32, 256 */
+    size_t block_bytes; /* bytes per block */
+    int from_floats;
+} rlxc_wtype_info;
+extern const rlxc_wtype_info rlxc_wtypes[];
+extern const int rlxc_n_wtypes;
+/* Whether the active kernel table multiplies weights of type t (0 for unknown types). */
+int rlxc_wtype_runs(rlxc_wtype t);
 size_t rlxc_wtype_row_bytes(rlxc_wtype t, int cols);   /* cols: a multiple of the block size */
 const char *rlxc_wtype_name(rlxc_wtype t);             /* "f32", "q4_k", ...; "?" if unknown */
 int rlxc_wtype_from_name(const char *name);            /* -1 if unknown */

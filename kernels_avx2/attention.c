@@ -1,6 +1,5 @@
 /* AVX2 single-head attention in three passes over the scratch row: scores, exp and sum,
- * then the weighted sum of values. Exact softmax (no running rescale), and q is dead before
- * out is written, so out may alias q. */
+ * then the weighted sum of values. Exact softmax (no running rescale). */
 #include <sleef.h>
 
 #include "avx2.h"

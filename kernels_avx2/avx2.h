@@ -102,50 +102,9 @@ RLXC_INLINE __m256i rlxc_q6_k_offset_sums(__m256i sc16, const block_q8_k *x) {
     return _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), _mm256_loadu_si256((const __m256i *)x->bsums));
 }
 
-void rlxc_matvec_f32_avx2(float *y, const float *w, const float *x, int N, int K);
-void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
-void rlxc_matvec_q4_0_avx2(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q4_0_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-/* One row per register: decode and small T (quant.c); rlxc_matmul_q4_0_avx2 (gemm.c) uses it
+RLXC_DECLARE_KERNELS(avx2)
+/* Q4_0 one row per register: decode and small T (quant.c); rlxc_matmul_q4_0_avx2 (gemm.c) uses it
  * below 4 tokens. */
-void rlxc_matmul_q4_0_rows_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q8_0_avx2(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q8_0_avx2(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K);
-void rlxc_rmsnorm_avx2(float *y, const float *x, const float *w, float w_offset, float eps, int n);
-void rlxc_layernorm_avx2(float *y, const float *x, const float *w, const float *b, float eps, int n);
-void rlxc_rope_avx2(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);
-void rlxc_attn_head_avx2(float *out, const float *q, const float *k, const float *v, int head_dim,
-                         int n_keys, float scale, float softcap, float *scratch);
-void rlxc_silu_avx2(float *y, const float *x, int n);
-void rlxc_gelu_tanh_avx2(float *y, const float *x, int n);
-void rlxc_mul_avx2(float *y, const float *a, const float *b, int n);
-void rlxc_add_avx2(float *y, const float *a, int n);
-void rlxc_scale_avx2(float *y, float s, int n);
-void rlxc_softcap_avx2(float *y, float cap, int n);
-
-/* The other GGUF weight types, and the dequantizers of every block type (wtypes.c). */
-void rlxc_matvec_q5_0_avx2(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q5_0_avx2(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q4_k_avx2(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q4_k_avx2(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
-void rlxc_matvec_q6_k_avx2(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q6_k_avx2(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
-void rlxc_matvec_f16_avx2(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
-void rlxc_matmul_f16_avx2(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
-void rlxc_matvec_bf16_avx2(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
-void rlxc_matmul_bf16_avx2(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
-void rlxc_quantize_row_q8_k_avx2(block_q8_k *y, const float *x, int K);
-/* Block types x float activations: AVX2 dequantizers and f32 dots, chunk by chunk. */
-void rlxc_matvec_fx_q4_0_avx2(float *y, const block_q4_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q8_0_avx2(float *y, const block_q8_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q5_0_avx2(float *y, const block_q5_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q4_k_avx2(float *y, const block_q4_k *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q6_k_avx2(float *y, const block_q6_k *w, const float *x, int N, int K);
-void rlxc_dequantize_row_q4_0_avx2(float *y, const block_q4_0 *x, int K);
-void rlxc_dequantize_row_q8_0_avx2(float *y, const block_q8_0 *x, int K);
-void rlxc_dequantize_row_q5_0_avx2(float *y, const block_q5_0 *x, int K);
-void rlxc_dequantize_row_q4_k_avx2(float *y, const block_q4_k *x, int K);
-void rlxc_dequantize_row_q6_k_avx2(float *y, const block_q6_k *x, int K);
+void rlxc_matmul_q4_0_rows_avx2(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 
 #endif

@@ -29,7 +29,8 @@ RLXC_INLINE void f32_tile(float *y, int ldy, const float *w, const float *x, int
 #define GM_R 4
 #define GM_C 3
 
-void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int N, int K, int T) {
+void rlxc_matmul_f32_avx2(float *y, int ldy, const void *vw, const void *vx, int N, int K, int T) {
+    const float *w = vw, *x = vx;
     int t = 0;
     for (; t + GM_C <= T; t += GM_C) {
         int n = 0;
@@ -43,4 +44,4 @@ void rlxc_matmul_f32_avx2(float *y, int ldy, const float *w, const float *x, int
     }
 }
 
-RLXC_DEFINE_MATVEC(rlxc_matvec_f32_avx2, rlxc_matmul_f32_avx2, float, float)
+RLXC_DEFINE_MATVEC(rlxc_matvec_f32_avx2, rlxc_matmul_f32_avx2)

@@ -72,7 +72,7 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
 
 #include "il_gemm.h"
 
-void rlxc_matmul_q4_0_avx2(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T) {
+void rlxc_matmul_q4_0_avx2(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) {
     if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q4_0), xq, N, K, T, pack_q4_0, 8))
         rlxc_matmul_q4_0_rows_avx2(y, ldy, w, xq, N, K, T);
 }

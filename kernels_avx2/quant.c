@@ -13,7 +13,8 @@ RLXC_INLINE __m256i round_half_away_epi32(__m256 v) {
     return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
 }
 
-void rlxc_quantize_row_q8_0_avx2(block_q8_0 *y, const float *x, int K) {
+void rlxc_quantize_row_q8_0_avx2(void *vy, const float *x, int K) {
+    block_q8_0 *y = vy;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
         __m256 v[4];
@@ -105,5 +106,5 @@ RLXC_INLINE void q8_0_tile(float *y, int ldy, const block_q8_0 *w, const block_q
  * registers: 2 x 4 spills). For Q4_0 with many tokens gemm.c's interleaved GEMM takes over. */
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_rows_avx2, block_q4_0, q4_0_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 3)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx2, rlxc_matmul_q4_0_rows_avx2, block_q4_0, block_q8_0)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx2, rlxc_matmul_q8_0_avx2, block_q8_0, block_q8_0)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx2, rlxc_matmul_q4_0_rows_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx2, rlxc_matmul_q8_0_avx2)

@@ -148,7 +148,8 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
 
 /* ---- Q8_K activations: bit-identical with rlxc_quantize_row_q8_k ---- */
 
-void rlxc_quantize_row_q8_k_avx2(block_q8_k *y, const float *x, int K) {
+void rlxc_quantize_row_q8_k_avx2(void *vy, const float *x, int K) {
+    block_q8_k *y = vy;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
         __m256 amax = _mm256_setzero_ps();
@@ -197,27 +198,27 @@ RLXC_INLINE __m256 bf16_load8(const rlxc_bf16 *p) {
 
 /* As f32.c's tile, the weights widened on load: each serves C tokens. Here K is the tile's
  * "nb" (one weight per block); the K % 8 tail is scalar. */
-#define DEFINE_HALF_TILE(name, htype, load8, to_f32)                                                      \
+#define DEFINE_HALF_TILE(name, htype, load8, to_f32)                                                            \
     RLXC_INLINE void name(float *y, int ldy, const htype *w, const float *x, int K, const int R, const int C) { \
-        __m256 acc[TILE_MAX][TILE_MAX];                                                                   \
-        RLXC_UNROLL for (int r = 0; r < R; r++)                                                           \
-            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                      \
-        int k = 0;                                                                                        \
-        for (; k + 8 <= K; k += 8) {                                                                      \
-            if (C == 1) rlxc_prefetch(w + (size_t)R * (K + k), R * 8 * sizeof(htype));                     \
-            __m256 xv[TILE_MAX];                                                                          \
-            RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * K + k);        \
-            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                     \
-                const __m256 wv = load8(w + (size_t)r * K + k);                                           \
-                RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]); \
-            }                                                                                             \
-        }                                                                                                 \
-        RLXC_UNROLL for (int r = 0; r < R; r++)                                                           \
-            RLXC_UNROLL for (int t = 0; t < C; t++) {                                                     \
-                float s = rlxc_hsum256(acc[r][t]);                                                        \
-                for (int j = k; j < K; j++) s += to_f32(w[(size_t)r * K + j]) * x[(size_t)t * K + j];     \
-                y[(size_t)t * ldy + r] = s;                                                               \
-            }                                                                                             \
+        __m256 acc[TILE_MAX][TILE_MAX];                                                                         \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                 \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                            \
+        int k = 0;                                                                                              \
+        for (; k + 8 <= K; k += 8) {                                                                            \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (K + k), R * 8 * sizeof(htype));                          \
+            __m256 xv[TILE_MAX];                                                                                \
+            RLXC_UNROLL for (int t = 0; t < C; t++) xv[t] = _mm256_loadu_ps(x + (size_t)t * K + k);             \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                           \
+                const __m256 wv = load8(w + (size_t)r * K + k);                                                 \
+                RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);      \
+            }                                                                                                   \
+        }                                                                                                       \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                 \
+            RLXC_UNROLL for (int t = 0; t < C; t++) {                                                           \
+                float s = rlxc_hsum256(acc[r][t]);                                                              \
+                for (int j = k; j < K; j++) s += to_f32(w[(size_t)r * K + j]) * x[(size_t)t * K + j];           \
+                y[(size_t)t * ldy + r] = s;                                                                     \
+            }                                                                                                   \
     }
 
 DEFINE_HALF_TILE(f16_tile, rlxc_fp16, f16_load8, rlxc_h2f)
@@ -233,11 +234,11 @@ RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx2, rlxc_matmul_q5_0_avx2, block_q5_0, block_q8_0)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k)
-RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2, rlxc_fp16, float)
-RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2, rlxc_bf16, float)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx2, rlxc_matmul_q5_0_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2)
 
 /* ---- dequantization (the f32-activation path), bit-exact with the scalar twins ---- */
 
@@ -255,14 +256,16 @@ RLXC_INLINE void store_scaled32(float *y, __m256i q, int offset, __m256 d_lo, __
     }
 }
 
-void rlxc_dequantize_row_q4_0_avx2(float *y, const block_q4_0 *x, int K) {
+void rlxc_dequantize_row_q4_0_avx2(float *y, const void *vx, int K) {
+    const block_q4_0 *x = vx;
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
         store_scaled32(y, rlxc_q4_nibbles256(x[b].qs), 8, d, d, _mm256_setzero_ps());
     }
 }
 
-void rlxc_dequantize_row_q8_0_avx2(float *y, const block_q8_0 *x, int K) {
+void rlxc_dequantize_row_q8_0_avx2(float *y, const void *vx, int K) {
+    const block_q8_0 *x = vx;
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
         /* flipping the sign bit makes the int8 quants unsigned, offset 128 */
@@ -271,14 +274,16 @@ void rlxc_dequantize_row_q8_0_avx2(float *y, const block_q8_0 *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q5_0_avx2(float *y, const block_q5_0 *x, int K) {
+void rlxc_dequantize_row_q5_0_avx2(float *y, const void *vx, int K) {
+    const block_q5_0 *x = vx;
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
         store_scaled32(y, q5_0_quants(&x[b]), 16, d, d, _mm256_setzero_ps());
     }
 }
 
-void rlxc_dequantize_row_q4_k_avx2(float *y, const block_q4_k *x, int K) {
+void rlxc_dequantize_row_q4_k_avx2(float *y, const void *vx, int K) {
+    const block_q4_k *x = vx;
     uint8_t sm[16];
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_h2f(x[b].d), dmin = rlxc_h2f(x[b].dmin);
@@ -292,7 +297,8 @@ void rlxc_dequantize_row_q4_k_avx2(float *y, const block_q4_k *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q6_k_avx2(float *y, const block_q6_k *x, int K) {
+void rlxc_dequantize_row_q6_k_avx2(float *y, const void *vx, int K) {
+    const block_q6_k *x = vx;
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_h2f(x[b].d);
         for (int v = 0; v < 8; v++, y += 32)

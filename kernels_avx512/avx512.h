@@ -5,33 +5,19 @@
 
 #include "../kernels_avx2/avx2.h"
 
-/* f32 GEMM on transposed 48-row panels (f32.c); decode forwards to the AVX2 matvec. */
-void rlxc_matvec_f32_avx512(float *y, const float *w, const float *x, int N, int K);
-void rlxc_matmul_f32_avx512(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
-void rlxc_matvec_q4_0_avx512(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q4_0_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q8_0_avx512(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q8_0_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+/* The groups of RLXC_KERNEL_TABLE this directory defines: the f32 GEMM on transposed 48-row
+ * panels (f32.c; decode forwards to the AVX2 matvec), the Q4_0 / Q8_0 (quant.c, gemm.c) and
+ * Q5_0 / Q4_K / Q6_K (wtypes.c, the Q5_0 GEMM in gemm.c) products, and the block types' fused
+ * matvecs with float activations (wtypes.c). F16 / BF16, the quantizers and the dequantizers
+ * stay AVX2 (memory-bound already). */
+RLXC_DECLARE_F32(avx512)
+RLXC_DECLARE_Q(avx512)
+RLXC_DECLARE_WQ(avx512)
+RLXC_DECLARE_FX(avx512)
 /* One row per register: decode and small T (quant.c); the GEMMs above use them below 8 tokens. */
-void rlxc_matmul_q4_0_pairs_avx512(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matmul_q8_0_pairs_avx512(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
+void rlxc_matmul_q4_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
+void rlxc_matmul_q8_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 /* Q5_0 in 4-row tiles (wtypes.c): decode, and the Q5_0 GEMM below 8 tokens. */
-void rlxc_matmul_q5_0_rows_avx512(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
-
-/* The other GGUF weight types (wtypes.c; the Q5_0 GEMM in gemm.c); F16 / BF16 stay AVX2
- * (memory-bound already). */
-void rlxc_matvec_q5_0_avx512(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q5_0_avx512(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q4_k_avx512(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q4_k_avx512(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
-void rlxc_matvec_q6_k_avx512(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q6_k_avx512(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
-
-/* Block types x float activations, fused: quants widened to float in registers (wtypes.c). */
-void rlxc_matvec_fx_q4_0_avx512(float *y, const block_q4_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q8_0_avx512(float *y, const block_q8_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q5_0_avx512(float *y, const block_q5_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q4_k_avx512(float *y, const block_q4_k *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q6_k_avx512(float *y, const block_q6_k *w, const float *x, int N, int K);
+void rlxc_matmul_q5_0_rows_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 
 #endif

@@ -74,11 +74,12 @@ RLXC_INLINE void panel_tile(float *y, int ldy, const float *panel, const float *
         RLXC_UNROLL for (int v = 0; v < PANEL_V; v++) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16 * v, m[v], acc[t][v]);
 }
 
-void rlxc_matmul_f32_avx512(float *y, int ldy, const float *w, const float *x, int N, int K, int T) {
+void rlxc_matmul_f32_avx512(float *y, int ldy, const void *vw, const void *vx, int N, int K, int T) {
     if (T < PANEL_MIN_T) {
-        rlxc_matmul_f32_avx2(y, ldy, w, x, N, K, T);
+        rlxc_matmul_f32_avx2(y, ldy, vw, vx, N, K, T);
         return;
     }
+    const float *w = vw, *x = vx;
     float panel[KC * PANEL_ROWS] __attribute__((aligned(64)));
     for (int n = 0; n < N; n += PANEL_ROWS) {
         const int nr = N - n < PANEL_ROWS ? N - n : PANEL_ROWS;
@@ -101,6 +102,6 @@ void rlxc_matmul_f32_avx512(float *y, int ldy, const float *w, const float *x, i
 }
 
 /* Decode: the AVX2 dot form reads each row once and is memory-bound already. */
-void rlxc_matvec_f32_avx512(float *y, const float *w, const float *x, int N, int K) {
+void rlxc_matvec_f32_avx512(float *y, const void *w, const void *x, int N, int K) {
     rlxc_matvec_f32_avx2(y, w, x, N, K);
 }

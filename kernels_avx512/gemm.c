@@ -77,14 +77,14 @@ RLXC_INLINE void prefetch_rows(const void *ahead, size_t stride, int nr) {
 /* The packs below fill half `half` of nb blocks from nr <= 16 rows (rows >= nr as zeros) and are
  * instantiated for full halves (nr = 16: the row loads and masks compile without tests) and
  * for the partial ones of a last tile. */
-#define DEFINE_PACK(name, body, wtype)                                                         \
-    static void name(il_block *dst, const void *rows, int nb, int nr) {                        \
-        for (int h = 0; h < 2; h++) {                                                          \
-            const int n = nr - 16 * h < 0 ? 0 : nr - 16 * h < 16 ? nr - 16 * h : 16;           \
-            const wtype *w = (const wtype *)rows + (size_t)16 * h * nb;                         \
-            if (n == 16) body(dst, h, w, nb, 16);                                              \
-            else body(dst, h, w, nb, n);                                                       \
-        }                                                                                      \
+#define DEFINE_PACK(name, body, wtype)                                               \
+    static void name(il_block *dst, const void *rows, int nb, int nr) {              \
+        for (int h = 0; h < 2; h++) {                                                \
+            const int n = nr - 16 * h < 0 ? 0 : nr - 16 * h < 16 ? nr - 16 * h : 16; \
+            const wtype *w = (const wtype *)rows + (size_t)16 * h * nb;              \
+            if (n == 16) body(dst, h, w, nb, 16);                                    \
+            else body(dst, h, w, nb, n);                                             \
+        }                                                                            \
     }
 
 /* z[g] = dword g of the 16 bytes at p + r * stride, row r in lane r (rows >= nr zero). */
@@ -198,12 +198,12 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
 /* The interleaved GEMM of a type for T >= IL_MIN_T, else (or out of memory) the one-row
  * kernels. The packs gather 16 rows at 32-bit byte offsets r * row_bytes (gather_rows16):
  * rows too long for those take the one-row kernels too. */
-#define DEFINE_IL_MATMUL(kind, wtype, offset, fallback)                                                         \
-    void rlxc_matmul_##kind##_avx512(float *y, int ldy, const wtype *w, const block_q8_0 *xq, int N, int K, int T) { \
-        const size_t row_bytes = (size_t)K / RLXC_QK * sizeof(wtype);                                           \
-        if (T < IL_MIN_T || 15 * row_bytes > INT32_MAX ||                                                        \
-            !il_gemm(y, ldy, w, row_bytes, xq, N, K, T, pack_##kind, offset))                                  \
-            fallback(y, ldy, w, xq, N, K, T);                                                                   \
+#define DEFINE_IL_MATMUL(kind, wtype, offset, fallback)                                                       \
+    void rlxc_matmul_##kind##_avx512(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) { \
+        const size_t row_bytes = (size_t)K / RLXC_QK * sizeof(wtype);                                         \
+        if (T < IL_MIN_T || 15 * row_bytes > INT32_MAX ||                                                     \
+            !il_gemm(y, ldy, w, row_bytes, xq, N, K, T, pack_##kind, offset))                                 \
+            fallback(y, ldy, w, xq, N, K, T);                                                                 \
     }
 
 DEFINE_IL_MATMUL(q4_0, block_q4_0, 8, rlxc_matmul_q4_0_pairs_avx512)

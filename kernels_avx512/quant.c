@@ -100,5 +100,5 @@ DEFINE_TILE(q8_0_tile, block_q8_0, q8_0_pair, _mm512_set1_epi8((char)0x80), _mm5
  * pay for gemm.c's interleaved copy (4 rows x 4 tokens). */
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_0_pairs_avx512, block_q4_0, q4_0_tile, 8, 4, 4)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_pairs_avx512, block_q8_0, q8_0_tile, 8, 4, 4)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx512, rlxc_matmul_q4_0_pairs_avx512, block_q4_0, block_q8_0)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx512, rlxc_matmul_q8_0_pairs_avx512, block_q8_0, block_q8_0)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx512, rlxc_matmul_q4_0_pairs_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx512, rlxc_matmul_q8_0_pairs_avx512)

@@ -3,7 +3,6 @@
  * BF16 and the dequantizers stay AVX2 (memory-bound already). */
 #include "avx512.h"
 
-static const rlxc_kernels table = RLXC_KERNEL_TABLE("avx512", avx512, avx512, rlxc_quantize_row_q8_0_avx2, avx512, avx2,
-                                                    rlxc_quantize_row_q8_k_avx2, avx2, avx512, avx2);
+static const rlxc_kernels table = RLXC_KERNEL_TABLE("avx512", avx512, avx512, avx512, avx2, avx2, avx2, avx512, avx2);
 
 const rlxc_kernels *rlxc_kernels_avx512(void) { return &table; }

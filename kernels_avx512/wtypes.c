@@ -145,9 +145,9 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_rows_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_rows_avx512, block_q5_0, block_q8_0)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_rows_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512)
 
 /* ---- float activations (decode of the f32-activation path) ----
  * Quants are widened to float in registers and multiplied with x, then scaled per block (or
@@ -177,24 +177,25 @@ RLXC_INLINE __m512 scale16(const rlxc_fp16 *d) { return _mm512_cvtph_ps(_mm256_s
 #define ACCS 4
 
 /* The row loop around row_dot(acc, w_row, x, K). */
-#define DEFINE_MATVEC_FX(name, wtype, qk, row_dot)                                \
-    void name(float *y, const wtype *w, const float *x, int N, int K) {           \
-        for (int n = 0; n < N; n++) {                                             \
-            __m512 acc[ACCS];                                                     \
-            RLXC_UNROLL for (int i = 0; i < ACCS; i++) acc[i] = _mm512_setzero_ps(); \
-            row_dot(acc, w + (size_t)n * (K / (qk)), x, K);                       \
+#define DEFINE_MATVEC_FX(name, wtype, qk, row_dot)                                             \
+    void name(float *y, const void *vw, const float *x, int N, int K) {                        \
+        const wtype *w = vw;                                                                   \
+        for (int n = 0; n < N; n++) {                                                          \
+            __m512 acc[ACCS];                                                                  \
+            RLXC_UNROLL for (int i = 0; i < ACCS; i++) acc[i] = _mm512_setzero_ps();           \
+            row_dot(acc, w + (size_t)n * (K / (qk)), x, K);                                    \
             RLXC_UNROLL for (int i = 1; i < ACCS; i++) acc[0] = _mm512_add_ps(acc[0], acc[i]); \
-            y[n] = _mm512_reduce_add_ps(acc[0]);                                  \
-        }                                                                         \
+            y[n] = _mm512_reduce_add_ps(acc[0]);                                               \
+        }                                                                                      \
     }
 
 /* Blocks of 32 with one scale: ACCS blocks per step, so each accumulator index is a constant. */
-#define ROW_32(name, wtype, quants)                                                                       \
-    RLXC_INLINE void name(__m512 acc[ACCS], const wtype *w, const float *x, int K) {                      \
-        const int nb = K / RLXC_QK;                                                                       \
-        for (int b0 = 0; b0 < nb; b0 += ACCS)                                                             \
-            RLXC_UNROLL for (int i = 0; i < ACCS; i++)                                                    \
-                if (b0 + i < nb)                                                                          \
+#define ROW_32(name, wtype, quants)                                                                            \
+    RLXC_INLINE void name(__m512 acc[ACCS], const wtype *w, const float *x, int K) {                           \
+        const int nb = K / RLXC_QK;                                                                            \
+        for (int b0 = 0; b0 < nb; b0 += ACCS)                                                                  \
+            RLXC_UNROLL for (int i = 0; i < ACCS; i++)                                                         \
+                if (b0 + i < nb)                                                                               \
                     acc[i] = fma32(acc[i], quants(&w[b0 + i]), x + RLXC_QK * (b0 + i), scale16(&w[b0 + i].d)); \
     }
 

@@ -1,8 +1,8 @@
 /* NEON single-head attention with an online softmax: one pass over the keys and values, four
  * keys at a time. Each block of 4 scores raises the running max m if needed (rescaling the
  * partial output and sum by exp(m_old - m_new)), then adds exp(s - m) * v for its keys.
- * K and V are each read once, whatever n_keys; scratch is not used. out must not alias q:
- * q is read until the last block while out accumulates. */
+ * K and V are each read once, whatever n_keys; scratch is not used. q is read until the last
+ * block while out accumulates: one reason why out must not overlap q (kernels.h). */
 #include <sleef.h>
 
 #include "neon.h"

@@ -10,7 +10,8 @@ RLXC_NEON_DEFINE_FLOAT_TILE(f32_tile, float, vld1q_f32, (float))
 #define GM_R 4
 #define GM_C 4
 
-void rlxc_matmul_f32_neon(float *y, int ldy, const float *w, const float *x, int N, int K, int T) {
+void rlxc_matmul_f32_neon(float *y, int ldy, const void *vw, const void *vx, int N, int K, int T) {
+    const float *w = vw, *x = vx;
     int t = 0;
     for (; t + GM_C <= T; t += GM_C) {
         const float *xt = x + (size_t)t * K;
@@ -26,6 +27,6 @@ void rlxc_matmul_f32_neon(float *y, int ldy, const float *w, const float *x, int
     }
 }
 
-RLXC_DEFINE_MATVEC(rlxc_matvec_f32_neon, rlxc_matmul_f32_neon, float, float)
+RLXC_DEFINE_MATVEC(rlxc_matvec_f32_neon, rlxc_matmul_f32_neon)
 
 RLXC_DEFINE_MATVECS_FX(neon, neon, neon)

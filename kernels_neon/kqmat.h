@@ -97,5 +97,5 @@ RLXC_INLINE void kq_tile_q6_k(float *y, int ldy, const block_q6_k *w, const bloc
  * rows share the activations in L1. */
 RLXC_DEFINE_MATMUL(QMAT_NAME(rlxc_matmul_q4_k), block_q4_k, block_q8_k, RLXC_QK_K, kq_tile_q4_k, 4, 4, 4)
 RLXC_DEFINE_MATMUL(QMAT_NAME(rlxc_matmul_q6_k), block_q6_k, block_q8_k, RLXC_QK_K, kq_tile_q6_k, 4, 4, 4)
-RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q4_k), QMAT_NAME(rlxc_matmul_q4_k), block_q4_k, block_q8_k)
-RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q6_k), QMAT_NAME(rlxc_matmul_q6_k), block_q6_k, block_q8_k)
+RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q4_k), QMAT_NAME(rlxc_matmul_q4_k))
+RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q6_k), QMAT_NAME(rlxc_matmul_q6_k))

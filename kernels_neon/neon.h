@@ -117,62 +117,14 @@ RLXC_INLINE void rlxc_neon_q6_k_quants(const block_q6_k *b, const int v, int8x16
     }
 }
 
-/* Kernels shared by both tables (plain ARMv8.0 NEON). */
-/* Block types x float activations: NEON dequantizers (wtypes.c), NEON f32 dots (f32.c). */
-void rlxc_matvec_fx_q4_0_neon(float *y, const block_q4_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q8_0_neon(float *y, const block_q8_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q5_0_neon(float *y, const block_q5_0 *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q4_k_neon(float *y, const block_q4_k *w, const float *x, int N, int K);
-void rlxc_matvec_fx_q6_k_neon(float *y, const block_q6_k *w, const float *x, int N, int K);
-void rlxc_matvec_f32_neon(float *y, const float *w, const float *x, int N, int K);
-void rlxc_matmul_f32_neon(float *y, int ldy, const float *w, const float *x, int N, int K, int T);
-void rlxc_quantize_row_q8_0_neon(block_q8_0 *y, const float *x, int K);
-void rlxc_rmsnorm_neon(float *y, const float *x, const float *w, float w_offset, float eps, int n);
-void rlxc_layernorm_neon(float *y, const float *x, const float *w, const float *b, float eps, int n);
-void rlxc_rope_neon(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);
-void rlxc_attn_head_neon(float *out, const float *q, const float *k, const float *v, int head_dim,
-                         int n_keys, float scale, float softcap, float *scratch);
-void rlxc_silu_neon(float *y, const float *x, int n);
-void rlxc_gelu_tanh_neon(float *y, const float *x, int n);
-void rlxc_mul_neon(float *y, const float *a, const float *b, int n);
-void rlxc_add_neon(float *y, const float *a, int n);
-void rlxc_scale_neon(float *y, float s, int n);
-void rlxc_softcap_neon(float *y, float cap, int n);
-/* The other weight types (wtypes.c): F16 / BF16 products, the Q8_K activation quantizer and
- * the dequantizers, bit-identical with their scalar twins. */
-void rlxc_matvec_f16_neon(float *y, const rlxc_fp16 *w, const float *x, int N, int K);
-void rlxc_matmul_f16_neon(float *y, int ldy, const rlxc_fp16 *w, const float *x, int N, int K, int T);
-void rlxc_matvec_bf16_neon(float *y, const rlxc_bf16 *w, const float *x, int N, int K);
-void rlxc_matmul_bf16_neon(float *y, int ldy, const rlxc_bf16 *w, const float *x, int N, int K, int T);
-void rlxc_quantize_row_q8_k_neon(block_q8_k *y, const float *x, int K);
-void rlxc_dequantize_row_q4_0_neon(float *y, const block_q4_0 *x, int K);
-void rlxc_dequantize_row_q8_0_neon(float *y, const block_q8_0 *x, int K);
-void rlxc_dequantize_row_q5_0_neon(float *y, const block_q5_0 *x, int K);
-void rlxc_dequantize_row_q4_k_neon(float *y, const block_q4_k *x, int K);
-void rlxc_dequantize_row_q6_k_neon(float *y, const block_q6_k *x, int K);
-
-/* Quantized products: the plain table's integer dots use SMULL + SADALP (quant.c), the dotprod
- * table's SDOT (quant_dotprod.c); both come from the templates qmat.h (Q8_0 activations) and
- * kqmat.h (Q8_K activations). */
-void rlxc_matvec_q4_0_neon(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q4_0_neon(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q8_0_neon(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q8_0_neon(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q5_0_neon(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q5_0_neon(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q4_k_neon(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q4_k_neon(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
-void rlxc_matvec_q6_k_neon(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q6_k_neon(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
-void rlxc_matvec_q4_0_neon_dotprod(float *y, const block_q4_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q4_0_neon_dotprod(float *y, int ldy, const block_q4_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q8_0_neon_dotprod(float *y, const block_q8_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q8_0_neon_dotprod(float *y, int ldy, const block_q8_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q5_0_neon_dotprod(float *y, const block_q5_0 *w, const block_q8_0 *xq, int N, int K);
-void rlxc_matmul_q5_0_neon_dotprod(float *y, int ldy, const block_q5_0 *w, const block_q8_0 *xq, int N, int K, int T);
-void rlxc_matvec_q4_k_neon_dotprod(float *y, const block_q4_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q4_k_neon_dotprod(float *y, int ldy, const block_q4_k *w, const block_q8_k *xq, int N, int K, int T);
-void rlxc_matvec_q6_k_neon_dotprod(float *y, const block_q6_k *w, const block_q8_k *xq, int N, int K);
-void rlxc_matmul_q6_k_neon_dotprod(float *y, int ldy, const block_q6_k *w, const block_q8_k *xq, int N, int K, int T);
+/* Every kernel of the plain table (plain ARMv8.0 NEON): the float products (f32.c, wtypes.c),
+ * the quantizers and dequantizers, bit-identical with their scalar twins (quant.c, wtypes.c),
+ * the block types' matvecs with float activations (f32.c), the norms, RoPE, attention and
+ * element-wise kernels, and the quantized products, whose integer dots use SMULL + SADALP
+ * (quant.c). The dotprod table's quantized products take SDOT (quant_dotprod.c); both come from
+ * the templates qmat.h (Q8_0 activations) and kqmat.h (Q8_K activations). */
+RLXC_DECLARE_KERNELS(neon)
+RLXC_DECLARE_Q(neon_dotprod)
+RLXC_DECLARE_WQ(neon_dotprod)
 
 #endif

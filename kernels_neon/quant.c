@@ -6,7 +6,8 @@
  * own scalar expressions, FCVTAS rounds half away from zero like roundf, and FCVT rounds d
  * to fp16 to nearest even. The product x * id is rounded on its own: nothing follows it for
  * gcc to contract it into (and the build passes -ffp-contract=off anyway). */
-void rlxc_quantize_row_q8_0_neon(block_q8_0 *y, const float *x, int K) {
+void rlxc_quantize_row_q8_0_neon(void *vy, const float *x, int K) {
+    block_q8_0 *y = vy;
     for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
         float32x4_t v[8];
         float32x4_t amax = vdupq_n_f32(0.0f);

@@ -14,9 +14,7 @@
 #endif
 
 /* The two tables differ only in their quantized products (groups q and wq). */
-#define NEON_TABLE(q)                                                                                     \
-    RLXC_KERNEL_TABLE("neon", neon, q, rlxc_quantize_row_q8_0_neon, q, neon, rlxc_quantize_row_q8_k_neon, \
-                      neon, neon, neon)
+#define NEON_TABLE(q) RLXC_KERNEL_TABLE("neon", neon, q, q, neon, neon, neon, neon, neon)
 
 static const rlxc_kernels plain = NEON_TABLE(neon);
 static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod);

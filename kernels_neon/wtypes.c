@@ -18,8 +18,8 @@ RLXC_NEON_DEFINE_FLOAT_TILE(bf16_tile, rlxc_bf16, bf16_load4, rlxc_bf16_to_f32)
  * block). */
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_neon, rlxc_fp16, float, 1, f16_tile, 4, 4, 4)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_neon, rlxc_bf16, float, 1, bf16_tile, 4, 4, 4)
-RLXC_DEFINE_MATVEC(rlxc_matvec_f16_neon, rlxc_matmul_f16_neon, rlxc_fp16, float)
-RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_neon, rlxc_matmul_bf16_neon, rlxc_bf16, float)
+RLXC_DEFINE_MATVEC(rlxc_matvec_f16_neon, rlxc_matmul_f16_neon)
+RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_neon, rlxc_matmul_bf16_neon)
 
 /* ---- Q8_K activations ---- */
 
@@ -27,7 +27,8 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_neon, rlxc_matmul_bf16_neon, rlxc_bf16, floa
  * fabsf(x) > amax does, the scale comes from the first element of that magnitude (with its
  * sign), and nearest_int's trick (add 1.5 * 2^23, read the mantissa) runs lane-wise: the same
  * product, the same float add, the same bits. XTN truncates like the reference's (int8_t). */
-void rlxc_quantize_row_q8_k_neon(block_q8_k *y, const float *x, int K) {
+void rlxc_quantize_row_q8_k_neon(void *vy, const float *x, int K) {
+    block_q8_k *y = vy;
     const float32x4_t magic = vdupq_n_f32(12582912.0f);
     for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
         float32x4_t amax = vdupq_n_f32(0.0f);
@@ -71,21 +72,23 @@ RLXC_INLINE void dequant16(float *y, int8x16_t q, float d, float m) {
 }
 
 /* The blocks of 32 with one scale: d * q over their signed quants. */
-#define DEFINE_DEQUANTIZE_32(type, btype)                                         \
-    void rlxc_dequantize_row_##type##_neon(float *y, const btype *x, int K) {     \
-        for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {                     \
-            int8x16_t q[2];                                                       \
-            rlxc_neon_##type##_quants(&x[b], q);                                  \
-            const float d = rlxc_neon_h2f(x[b].d);                                \
-            dequant16(y, q[0], d, 0.0f);                                          \
-            dequant16(y + 16, q[1], d, 0.0f);                                     \
-        }                                                                         \
+#define DEFINE_DEQUANTIZE_32(type, btype)                                     \
+    void rlxc_dequantize_row_##type##_neon(float *y, const void *vx, int K) { \
+        const btype *x = vx;                                                  \
+        for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {                 \
+            int8x16_t q[2];                                                   \
+            rlxc_neon_##type##_quants(&x[b], q);                              \
+            const float d = rlxc_neon_h2f(x[b].d);                            \
+            dequant16(y, q[0], d, 0.0f);                                      \
+            dequant16(y + 16, q[1], d, 0.0f);                                 \
+        }                                                                     \
     }
 DEFINE_DEQUANTIZE_32(q4_0, block_q4_0)
 DEFINE_DEQUANTIZE_32(q5_0, block_q5_0)
 DEFINE_DEQUANTIZE_32(q8_0, block_q8_0)
 
-void rlxc_dequantize_row_q4_k_neon(float *y, const block_q4_k *x, int K) {
+void rlxc_dequantize_row_q4_k_neon(float *y, const void *vx, int K) {
+    const block_q4_k *x = vx;
     uint8_t sm[16];
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_neon_h2f(x[b].d), dmin = rlxc_neon_h2f(x[b].dmin);
@@ -102,7 +105,8 @@ void rlxc_dequantize_row_q4_k_neon(float *y, const block_q4_k *x, int K) {
     }
 }
 
-void rlxc_dequantize_row_q6_k_neon(float *y, const block_q6_k *x, int K) {
+void rlxc_dequantize_row_q6_k_neon(float *y, const void *vx, int K) {
+    const block_q6_k *x = vx;
     for (int b = 0; b < K / RLXC_QK_K; b++) {
         const float d = rlxc_neon_h2f(x[b].d);
         for (int v = 0; v < 8; v++) {

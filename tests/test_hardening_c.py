@@ -119,10 +119,10 @@ import numpy as np, rlxc
 K = 2**31 // 3 + 1
 x = np.zeros(K, np.float32)
 x[[K - 40, K - 1]] = [10, 1]
-w = np.zeros((4, K), np.float32 if "{wtype}" == "f32" else np.float16)
-w[:, [K - 40, K - 1]] = np.arange(1, 5)[:, None]
-if "{wtype}" == "bf16":
-    w = (w.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+v = np.arange(1, 5, dtype=np.float32)[:, None]  # row n holds n + 1 twice; the rest stays unmapped zeros
+bits = {{"f32": v, "f16": v.astype(np.float16).view(np.uint16), "bf16": (v.view(np.uint32) >> 16).astype(np.uint16)}}
+w = np.zeros((4, K), bits["{wtype}"].dtype)
+w[:, [K - 40, K - 1]] = bits["{wtype}"]
 b = w if "{wtype}" == "f32" else w.view(np.uint8)
 for isa in {SIMD_ISAS!r}:
     rlxc.set_isa(isa)
@@ -237,3 +237,29 @@ assert grown < 500 << 20, f"address space grew by {grown >> 20} MiB over 20 re-e
 print("ok", grown >> 20)
 """)
     assert out.startswith("ok")
+
+
+# ------------------------------------------------------- the engine's table of weight types
+
+def test_weight_types_describe_every_type_the_engine_takes(isa):
+    types = rlxc._rlxc.weight_types()
+    assert [t["name"] for t in types] == ["f32", "f16", "bf16", "q4_0", "q5_0", "q8_0", "q4_k", "q6_k"]
+    assert {t["name"]: t["ggml_type"] for t in types} == {"f32": 0, "f16": 1, "bf16": 30, "q4_0": 2, "q5_0": 6,
+                                                           "q8_0": 8, "q4_k": 12, "q6_k": 14}
+    for t in types:
+        assert set(t) == {"name", "ggml_type", "block_size", "block_bytes", "runs", "from_floats"}
+        assert t["runs"] is True  # every table, scalar included, has every type's products
+        cols = 2 * 256
+        layer = rlxc.Layer(hidden_size=cols)
+        rows = layer.weight_shape("q_proj")[0]
+        raw = np.zeros((rows, cols // t["block_size"] * t["block_bytes"]), np.uint8)
+        layer.set_weight_raw("q_proj", raw, cols, t["name"])  # the row size the table gives is the engine's
+        assert layer.weight_type("q_proj") == t["name"]
+        w = np.ones((rows, cols), np.float32)
+        if t["from_floats"]:
+            layer.set_weight("q_proj", w, t["name"])
+        else:
+            with pytest.raises(ValueError, match="cannot quantize floats"):
+                layer.set_weight("q_proj", w, t["name"])
+        x = np.ones(cols, np.float32)
+        assert rlxc.ops.matmul(x, raw if t["name"] != "f32" else raw.view(np.float32), wtype=t["name"]).shape == (rows,)

@@ -124,19 +124,21 @@ enum { W_F32, W_Q4_0, W_Q8_0, W_Q5_0, W_Q4_K, W_Q6_K, W_F16, W_BF16, N_WKINDS };
 
 static const struct {
     const char *matvec, *matmul;
+    rlxc_wtype type; /* its kernels: table->wt[type] */
     int qk;          /* weights per block; 1 for plain floats */
     size_t bytes;    /* bytes per block */
     int act;
     int scale_at[2]; /* byte offsets of the fp16 scales (-1: none), kept finite in random data */
 } wkinds[N_WKINDS] = {
-    [W_F32] = {"matvec_f32", "matmul_f32", 1, sizeof(float), ACT_F32, {-1, -1}},
-    [W_Q4_0] = {"matvec_q4_0", "matmul_q4_0", RLXC_QK, sizeof(block_q4_0), ACT_Q8_0, {0, -1}},
-    [W_Q8_0] = {"matvec_q8_0", "matmul_q8_0", RLXC_QK, sizeof(block_q8_0), ACT_Q8_0, {0, -1}},
-    [W_Q5_0] = {"matvec_q5_0", "matmul_q5_0", RLXC_QK, sizeof(block_q5_0), ACT_Q8_0, {0, -1}},
-    [W_Q4_K] = {"matvec_q4_k", "matmul_q4_k", RLXC_QK_K, sizeof(block_q4_k), ACT_Q8_K, {0, 2}},
-    [W_Q6_K] = {"matvec_q6_k", "matmul_q6_k", RLXC_QK_K, sizeof(block_q6_k), ACT_Q8_K, {offsetof(block_q6_k, d), -1}},
-    [W_F16] = {"matvec_f16", "matmul_f16", 1, sizeof(rlxc_fp16), ACT_F32, {-1, -1}},
-    [W_BF16] = {"matvec_bf16", "matmul_bf16", 1, sizeof(rlxc_bf16), ACT_F32, {-1, -1}},
+    [W_F32] = {"matvec_f32", "matmul_f32", RLXC_F32, 1, sizeof(float), ACT_F32, {-1, -1}},
+    [W_Q4_0] = {"matvec_q4_0", "matmul_q4_0", RLXC_Q4_0, RLXC_QK, sizeof(block_q4_0), ACT_Q8_0, {0, -1}},
+    [W_Q8_0] = {"matvec_q8_0", "matmul_q8_0", RLXC_Q8_0, RLXC_QK, sizeof(block_q8_0), ACT_Q8_0, {0, -1}},
+    [W_Q5_0] = {"matvec_q5_0", "matmul_q5_0", RLXC_Q5_0, RLXC_QK, sizeof(block_q5_0), ACT_Q8_0, {0, -1}},
+    [W_Q4_K] = {"matvec_q4_k", "matmul_q4_k", RLXC_Q4_K, RLXC_QK_K, sizeof(block_q4_k), ACT_Q8_K, {0, 2}},
+    [W_Q6_K] = {"matvec_q6_k", "matmul_q6_k", RLXC_Q6_K, RLXC_QK_K, sizeof(block_q6_k), ACT_Q8_K,
+                {offsetof(block_q6_k, d), -1}},
+    [W_F16] = {"matvec_f16", "matmul_f16", RLXC_F16, 1, sizeof(rlxc_fp16), ACT_F32, {-1, -1}},
+    [W_BF16] = {"matvec_bf16", "matmul_bf16", RLXC_BF16, 1, sizeof(rlxc_bf16), ACT_F32, {-1, -1}},
 };
 
 static rlxc_fp16 random_scale(void) {
@@ -170,13 +172,9 @@ static void random_weights(int kind, void *w, size_t n_blocks) {
 static void dequantize_row(int kind, float *y, const void *w, int K) {
     switch (kind) {
     case W_F32: memcpy(y, w, (size_t)K * sizeof(float)); break;
-    case W_Q4_0: rlxc_dequantize_row_q4_0_scalar(y, w, K); break;
-    case W_Q8_0: rlxc_dequantize_row_q8_0_scalar(y, w, K); break;
-    case W_Q5_0: rlxc_dequantize_row_q5_0_scalar(y, w, K); break;
-    case W_Q4_K: rlxc_dequantize_row_q4_k_scalar(y, w, K); break;
-    case W_Q6_K: rlxc_dequantize_row_q6_k_scalar(y, w, K); break;
     case W_F16: rlxc_dequantize_row_f16(y, w, K); break;
     case W_BF16: rlxc_dequantize_row_bf16(y, w, K); break;
+    default: rlxc_kernels_scalar.wt[wkinds[kind].type].dequantize(y, w, K); /* the block types */
     }
 }
 
@@ -216,11 +214,11 @@ static void *random_activations(int act, float *xd, int T, int K) {
     void *q;
     if (act == ACT_Q8_0) {
         block_q8_0 *b = q = xmalloc((size_t)T * K / RLXC_QK * sizeof(block_q8_0));
-        rlxc_quantize_row_q8_0(b, x, T * K);
-        rlxc_dequantize_row_q8_0_scalar(xd, b, T * K);
+        rlxc_kernels_scalar.wt[RLXC_Q8_0].quantize_x(b, x, T * K);
+        dequantize_row(W_Q8_0, xd, b, T * K); /* Q8_0 activations are Q8_0 weight rows */
     } else {
         block_q8_k *b = q = xmalloc((size_t)T * K / RLXC_QK_K * sizeof(block_q8_k));
-        rlxc_quantize_row_q8_k(b, x, T * K);
+        rlxc_kernels_scalar.wt[RLXC_Q4_K].quantize_x(b, x, T * K);
         for (int i = 0; i < T * K; i++) xd[i] = b[i / RLXC_QK_K].d * b[i / RLXC_QK_K].qs[i % RLXC_QK_K];
     }
     free(x);
@@ -230,21 +228,9 @@ static void *random_activations(int act, float *xd, int T, int K) {
 /* y (ldy) = W x through table k's matvec (T == 1 only) or matmul. */
 static void call_mat(const rlxc_kernels *k, int kind, int matmul, float *y, int ldy, const void *w, const void *x,
                      int N, int K, int T) {
-#define CALL(sfx)                                                             \
-    if (matmul) k->matmul_##sfx(y, ldy, w, x, N, K, T);                       \
-    else k->matvec_##sfx(y, w, x, N, K);                                      \
-    break;
-    switch (kind) {
-    case W_F32: CALL(f32)
-    case W_Q4_0: CALL(q4_0)
-    case W_Q8_0: CALL(q8_0)
-    case W_Q5_0: CALL(q5_0)
-    case W_Q4_K: CALL(q4_k)
-    case W_Q6_K: CALL(q6_k)
-    case W_F16: CALL(f16)
-    case W_BF16: CALL(bf16)
-    }
-#undef CALL
+    const rlxc_wtype_kernels *kw = &k->wt[wkinds[kind].type];
+    if (matmul) kw->matmul(y, ldy, w, x, N, K, T);
+    else kw->matvec(y, w, x, N, K);
 }
 
 static void mat_case(result *rv, result *rm, const rlxc_kernels *k, int kind, int N, int K, int T) {
@@ -314,13 +300,7 @@ static void test_dequantize(result *r, const rlxc_kernels *k) {
             float *got = guarded(K), *ref = xmalloc((size_t)K * sizeof(float));
             random_weights(kind, w, (size_t)nb);
             dequantize_row(kind, ref, w, K);
-            switch (kind) {
-            case W_Q4_0: k->dequantize_q4_0(got, w, K); break;
-            case W_Q8_0: k->dequantize_q8_0(got, w, K); break;
-            case W_Q5_0: k->dequantize_q5_0(got, w, K); break;
-            case W_Q4_K: k->dequantize_q4_k(got, w, K); break;
-            case W_Q6_K: k->dequantize_q6_k(got, w, K); break;
-            }
+            k->wt[wkinds[kind].type].dequantize(got, w, K);
             r->cases++;
             if (memcmp(got, ref, (size_t)K * sizeof(float))) {
                 fail(r, "%s K %d: not bit-identical", wkinds[kind].matvec + 7, K);
@@ -352,15 +332,8 @@ static void test_matvec_fx(result *r, const rlxc_kernels *k) {
                     for (int j = 0; j < K; j++) s += (double)wabs[j] * fabsf(x[j]);
                     scale[n] = (float)s;
                 }
-#define FX(t) rlxc_kernels_scalar.matvec_fx_##t(ref, (const void *)w, x, N, K), k->matvec_fx_##t(got, (const void *)w, x, N, K)
-                switch (kind) {
-                case W_Q4_0: FX(q4_0); break;
-                case W_Q8_0: FX(q8_0); break;
-                case W_Q5_0: FX(q5_0); break;
-                case W_Q4_K: FX(q4_k); break;
-                case W_Q6_K: FX(q6_k); break;
-                }
-#undef FX
+                rlxc_kernels_scalar.wt[wkinds[kind].type].matvec_fx(ref, w, x, N, K);
+                k->wt[wkinds[kind].type].matvec_fx(got, w, x, N, K);
                 r->cases++;
                 compare(r, got, ref, scale, N, kind, N, K);
                 check_guards(r, got, N, kind, N, K);
@@ -405,8 +378,8 @@ static void test_quantize(result *r, const rlxc_kernels *k) {
         }
         block_q8_0 *ref = xmalloc((size_t)nb * sizeof(block_q8_0)), *got = xmalloc((size_t)nb * sizeof(block_q8_0));
         memset(got, 0x5a, (size_t)nb * sizeof(block_q8_0));
-        rlxc_kernels_scalar.quantize_row_q8_0(ref, x, K);
-        k->quantize_row_q8_0(got, x, K);
+        rlxc_kernels_scalar.wt[RLXC_Q8_0].quantize_x(ref, x, K); /* Q8_0 activations: those of Q8_0 weights */
+        k->wt[RLXC_Q8_0].quantize_x(got, x, K);
         compare_blocks(r, got, ref, sizeof(block_q8_0), nb, K, 6);
         free(x), free(ref), free(got);
     }
@@ -437,8 +410,8 @@ static void test_quantize_k(result *r, const rlxc_kernels *k) {
         }
         block_q8_k *ref = xmalloc((size_t)nb * sizeof(block_q8_k)), *got = xmalloc((size_t)nb * sizeof(block_q8_k));
         memset(got, 0x5a, (size_t)nb * sizeof(block_q8_k));
-        rlxc_kernels_scalar.quantize_row_q8_k(ref, x, K);
-        k->quantize_row_q8_k(got, x, K);
+        rlxc_kernels_scalar.wt[RLXC_Q4_K].quantize_x(ref, x, K); /* Q8_K activations: those of the K-quants */
+        k->wt[RLXC_Q4_K].quantize_x(got, x, K);
         compare_blocks(r, got, ref, sizeof(block_q8_k), nb, K, 4);
         free(x), free(ref), free(got);
     }

@@ -38,6 +38,8 @@ int rlxc_layer_type_prepare(void);
 enum { ENUM_NORM, ENUM_FFN, ENUM_ACT, ENUM_ROPE, ENUM_COUNT };
 extern PyObject *rlxc_enum_classes[ENUM_COUNT];
 
+/* Argument helpers (args.c). */
+
 /* The array itself (borrowed) if obj is an aligned, native, C-contiguous float32 ndarray with
  * lo <= ndim <= hi; otherwise NULL with a TypeError/ValueError naming `name`. */
 PyArrayObject *as_f32(PyObject *obj, const char *name, int lo, int hi);

@@ -405,8 +405,10 @@ static PyObject *Layer_nbytes(PyObject *o, void *closure) {
 
 static PyMethodDef Layer_methods[] = {
     {"set_weight", (PyCFunction)(void (*)(void))Layer_set_weight, METH_VARARGS | METH_KEYWORDS,
-     "set_weight(name, array, dtype='f32'): copy a float32 array into a weight slot, quantized to dtype "
-     "('f32', 'q4_0', 'q8_0'; quantized types for matrices whose input width is a multiple of 32)."},
+     "set_weight(name, array, dtype='f32'): copy a float32 array into a weight slot, converted to dtype: 'f32', "
+     "or for matrices 'f16', 'bf16', 'q4_0', 'q8_0' (the types weight_types() marks from_floats; q4_0 / q8_0 need an "
+     "input width that is a multiple of 32). q5_0 and the K-quants come as GGUF bytes: set_weight_raw / "
+     "set_weight_view."},
     {"set_weight_raw", (PyCFunction)(void (*)(void))Layer_set_weight_raw, METH_VARARGS | METH_KEYWORDS,
      "set_weight_raw(name, data, cols, dtype): copy stored bytes (uint8 [rows, row_bytes], GGUF block layout)."},
     {"set_weight_view", (PyCFunction)(void (*)(void))Layer_set_weight_view, METH_VARARGS | METH_KEYWORDS,
@@ -414,7 +416,9 @@ static PyMethodDef Layer_methods[] = {
      "GGUF tensor); the layer keeps a reference to data."},
     {"weight", Layer_weight, METH_O, "weight(name) -> float32 ndarray (a dequantized copy) or None if unset."},
     {"weight_raw", Layer_weight_raw, METH_O, "weight_raw(name) -> uint8 [rows, row_bytes] copy of the stored bytes, or None."},
-    {"weight_type", Layer_weight_type, METH_O, "weight_type(name) -> 'f32' | 'q4_0' | 'q8_0' or None if unset."},
+    {"weight_type", Layer_weight_type, METH_O,
+     "weight_type(name) -> the stored type's name ('f32', 'f16', 'bf16', 'q4_0', 'q5_0', 'q8_0', 'q4_k', 'q6_k': "
+     "weight_types()), or None if unset."},
     {"weight_shape", Layer_weight_shape, METH_O, "weight_shape(name) -> the shape the slot needs under the current fields."},
     {"clear_weight", Layer_clear_weight, METH_O, "clear_weight(name): unset a weight slot."},
     {"check", Layer_check, METH_NOARGS, "check(): raise ValueError unless fields and weights let the layer run."},

@@ -1,145 +1,9 @@
-/* The rlxc._rlxc module: kernel selection at import, CPU info, argument helpers. */
+/* The rlxc._rlxc module: kernel selection at import, CPU info, the weight type table. */
 #define RLXC_BINDINGS_MODULE
 #include "common.h"
-#include <float.h>
-#include <math.h>
-#include <string.h>
 #include "kernels.h"
 
 PyObject *rlxc_enum_classes[ENUM_COUNT];
-
-PyArrayObject *as_f32(PyObject *obj, const char *name, int lo, int hi) {
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy.ndarray of float32, got %s", name, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)obj;
-    if (PyArray_TYPE(a) != NPY_FLOAT32) {
-        PyErr_Format(PyExc_TypeError, "%s must have dtype float32, got %s (use .astype(np.float32))", name,
-                     PyArray_DESCR(a)->typeobj->tp_name);
-        return NULL;
-    }
-    if (PyArray_NDIM(a) < lo || PyArray_NDIM(a) > hi) {
-        if (lo == hi) PyErr_Format(PyExc_ValueError, "%s must be %d-D, got %d-D", name, lo, PyArray_NDIM(a));
-        else PyErr_Format(PyExc_ValueError, "%s must be %d-D to %d-D, got %d-D", name, lo, hi, PyArray_NDIM(a));
-        return NULL;
-    }
-    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a)) {
-        PyErr_Format(PyExc_ValueError, "%s must be C-contiguous, aligned and native-endian (use np.ascontiguousarray)",
-                     name);
-        return NULL;
-    }
-    return a;
-}
-
-int check_finite(PyArrayObject *a, const char *name) {
-    const float *x = PyArray_DATA(a);
-    const npy_intp n = PyArray_SIZE(a);
-    for (npy_intp i = 0; i < n; i++)
-        if (!isfinite(x[i])) {
-            PyErr_Format(PyExc_ValueError, "%s contains NaN or infinity (at flat index %zd)", name, (Py_ssize_t)i);
-            return -1;
-        }
-    return 0;
-}
-
-PyArrayObject *new_array(int ndim, const npy_intp *dims, int type) {
-    return (PyArrayObject *)PyArray_SimpleNew(ndim, (npy_intp *)dims, type);
-}
-
-int int_arg(PyObject *obj, const char *name, long lo, long hi, int *out) {
-    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long v = PyLong_AsLongAndOverflow(obj, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow) { /* not printed: the decimal form of a huge int may itself raise */
-        PyErr_Format(PyExc_ValueError, "%s must be in [%ld, %ld], got %s", name, lo, hi,
-                     overflow > 0 ? "a larger integer" : "a smaller integer");
-        return -1;
-    }
-    if (v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%s must be in [%ld, %ld], got %ld", name, lo, hi, v);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-const char *str_arg(PyObject *obj, const char *name) {
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str, got %s", name, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
-    if (!s) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s is not valid Unicode text (it cannot be encoded as UTF-8)", name);
-        return NULL;
-    }
-    if ((size_t)n != strlen(s)) {
-        PyErr_Format(PyExc_ValueError, "%s must not contain NUL characters", name);
-        return NULL;
-    }
-    return s;
-}
-
-int real_arg(PyObject *obj, const char *name, int finite, double *out) {
-    PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
-    if (!PyFloat_Check(obj) && !PyLong_Check(obj) && !(nb && (nb->nb_float || nb->nb_index))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a real number, got %s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    const double d = PyFloat_AsDouble(obj);
-    if (d == -1.0 && PyErr_Occurred()) {
-        const int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
-        PyErr_Clear();
-        if (overflow) PyErr_Format(PyExc_ValueError, "%s is too large for a float", name);
-        else PyErr_Format(PyExc_TypeError, "%s must be a real number, got %s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (finite && !(fabs(d) <= FLT_MAX)) {
-        PyErr_Format(PyExc_ValueError, "%s must be a finite number within float32 range, got %g", name, d);
-        return -1;
-    }
-    *out = d;
-    return 0;
-}
-
-int check_aligned(PyArrayObject *a, rlxc_wtype t, const char *name) {
-    /* stored rows are read in place as floats / halves (block scales): align like them */
-    const size_t align = t == RLXC_F32 ? 4 : 2;
-    if ((uintptr_t)PyArray_DATA(a) % align) {
-        PyErr_Format(PyExc_ValueError, "%s must be %zu-byte aligned for %s (np.ascontiguousarray gives a copy that is)",
-                     name, align, rlxc_wtype_name(t));
-        return -1;
-    }
-    return 0;
-}
-
-int wtype_arg(const char *s, const char *name) {
-    const int t = rlxc_wtype_from_name(s);
-    if (t < 0)
-        PyErr_Format(PyExc_ValueError, "%s must be one of 'f32', 'f16', 'bf16', 'q4_0', 'q5_0', 'q8_0', 'q4_k', 'q6_k', "
-                     "got '%s'", name, s);
-    return t;
-}
-
-int act_arg(PyObject *obj, const char *name, rlxc_act *out) {
-    const char *s = str_arg(obj, name);
-    if (!s) return -1;
-    if (!strcmp(s, "q8")) *out = RLXC_ACT_Q8;
-    else if (!strcmp(s, "f32")) *out = RLXC_ACT_F32;
-    else {
-        PyErr_Format(PyExc_ValueError, "%s must be 'q8' (activations rounded to 8 bits for integer dots) or 'f32' "
-                     "(weights dequantized, activations kept in float32), got '%s'", name, s);
-        return -1;
-    }
-    return 0;
-}
 
 static PyObject *cpu_info(PyObject *self, PyObject *noargs) {
     const char *compiled[] = {"scalar", "avx2", "avx512", "neon"};
@@ -168,6 +32,23 @@ static PyObject *set_isa(PyObject *self, PyObject *arg) {
 
 static PyObject *get_isa(PyObject *self, PyObject *noargs) { return PyUnicode_FromString(rlxc_kernels_active()->isa); }
 
+/* The engine's table of weight types (rlxc.h), one dict per type in rlxc_wtypes' order: name, ggml
+ * type id, weights and bytes per block, whether the active kernels run its products, whether
+ * Layer.set_weight makes it from floats. */
+static PyObject *weight_types(PyObject *self, PyObject *noargs) {
+    PyObject *list = PyList_New(rlxc_n_wtypes);
+    for (int i = 0; list && i < rlxc_n_wtypes; i++) {
+        const rlxc_wtype_info *t = &rlxc_wtypes[i];
+        PyObject *d = Py_BuildValue("{s:s,s:i,s:i,s:n,s:N,s:N}", "name", t->name, "ggml_type", (int)t->type,
+                                    "block_size", t->block, "block_bytes", (Py_ssize_t)t->block_bytes, "runs",
+                                    PyBool_FromLong(rlxc_wtype_runs(t->type)), "from_floats",
+                                    PyBool_FromLong(t->from_floats));
+        if (!d) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, i, d);
+    }
+    return list;
+}
+
 static PyObject *register_enums(PyObject *self, PyObject *args) {
     PyObject *e[ENUM_COUNT];
     if (!PyArg_ParseTuple(args, "OOOO", &e[0], &e[1], &e[2], &e[3])) return NULL;
@@ -182,6 +63,10 @@ static PyMethodDef module_methods[] = {
     {"cpu_info", cpu_info, METH_NOARGS, "cpu_info() -> dict: CPU features, the active ISA and the ISAs usable here."},
     {"set_isa", set_isa, METH_O, "set_isa(name): use 'scalar', 'avx2', 'avx512', 'neon' or 'auto' kernels."},
     {"get_isa", get_isa, METH_NOARGS, "get_isa() -> str: the ISA of the active kernel table."},
+    {"weight_types", weight_types, METH_NOARGS,
+     "weight_types() -> list of dict: every weight type the engine knows, in a fixed order, as {'name': 'q4_0', "
+     "'ggml_type': 2, 'block_size': 32 (weights per block), 'block_bytes': 18, 'runs': whether the active kernels "
+     "multiply it, 'from_floats': whether Layer.set_weight quantizes floats to it}."},
     {"_register_enums", register_enums, METH_VARARGS, "internal: the Python enum classes for enum fields."},
     {NULL, NULL, 0, NULL},
 };

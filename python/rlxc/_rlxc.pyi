@@ -4,7 +4,7 @@ Checked against the built module by ``python -m mypy.stubtest rlxc._rlxc`` (test
 what stubtest cannot see through is listed, with the reason, in tests/stubtest_allowlist.txt).
 """
 
-from typing import Any, ClassVar, Literal, overload
+from typing import Any, ClassVar, Literal, TypedDict, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,16 @@ from rlxc._enums import Activation, FfnType, NormType, RopeLayout
 _F32: TypeAlias = npt.NDArray[np.float32]
 _U8: TypeAlias = npt.NDArray[np.uint8]
 _WType: TypeAlias = Literal["f32", "f16", "bf16", "q4_0", "q5_0", "q8_0", "q4_k", "q6_k"]
+
+
+# One entry of weight_types().
+class _WeightType(TypedDict):
+    name: _WType
+    ggml_type: int      # GGML / GGUF type id (f32 0, f16 1, q4_0 2, q5_0 6, q8_0 8, q4_k 12, q6_k 14, bf16 30)
+    block_size: int     # weights per block: 1, 32 or 256
+    block_bytes: int    # bytes per block
+    runs: bool          # the active kernel table multiplies it (rlxc.set_isa changes the table)
+    from_floats: bool   # Layer.set_weight quantizes float32 to it (q5_0 and the K-quants come as GGUF bytes)
 
 @disjoint_base
 class Layer:
@@ -107,6 +117,8 @@ class Pipeline:
 def cpu_info() -> dict[str, Any]: ...
 def set_isa(name: str) -> None: ...
 def get_isa() -> str: ...
+# Every weight type the engine knows, in a fixed order: f32, f16, bf16, q4_0, q5_0, q8_0, q4_k, q6_k.
+def weight_types() -> list[_WeightType]: ...
 def _register_enums(norm: Any, ffn: Any, act: Any, rope: Any) -> None: ...
 def quantize_q4_0(w: _F32) -> _U8: ...
 def dequantize_q4_0(b: _U8) -> _F32: ...
