@@ -114,19 +114,8 @@ static PyObject *dequantize_rows(PyArrayObject *b, rlxc_wtype t, int K) {
     return (PyObject *)out;
 }
 
-static PyObject *dequantize_fixed(PyObject *args, PyObject *kw, rlxc_wtype t) {
-    static char *kwlist[] = {"b", NULL};
-    PyObject *bo;
-    npy_intp K;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O", kwlist, &bo)) return NULL;
-    PyArrayObject *b = blocks_arg(bo, "b", t, &K);
-    return b ? dequantize_rows(b, t, (int)K) : NULL;
-}
-
 static PyObject *op_quantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_0, "q4_0"); }
 static PyObject *op_quantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q8_0, "q8_0"); }
-static PyObject *op_dequantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize_fixed(a, k, RLXC_Q4_0); }
-static PyObject *op_dequantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return dequantize_fixed(a, k, RLXC_Q8_0); }
 
 /* Any type, any rows: b is a C-contiguous uint8 array whose last axis is one row's bytes (e.g.
  * rows picked out of a memory-mapped GGUF embedding table). */
@@ -403,9 +392,7 @@ static PyObject *op_scale(PyObject *m, PyObject *args) { return scalar_op(args, 
 #define KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
 PyMethodDef rlxc_ops_methods[] = {
     {"quantize_q4_0", KW(op_quantize_q4_0), "quantize_q4_0(w: float32[N, K]) -> uint8[N, K//32*18] (GGUF Q4_0 blocks)."},
-    {"dequantize_q4_0", KW(op_dequantize_q4_0), "dequantize_q4_0(b: uint8[N, K//32*18]) -> float32[N, K]."},
     {"quantize_q8_0", KW(op_quantize_q8_0), "quantize_q8_0(w: float32[N, K]) -> uint8[N, K//32*34] (GGUF Q8_0 blocks)."},
-    {"dequantize_q8_0", KW(op_dequantize_q8_0), "dequantize_q8_0(b: uint8[N, K//32*34]) -> float32[N, K]."},
     {"dequantize", KW(op_dequantize),
      "dequantize(b: uint8[..., row_bytes], wtype, cols) -> float32[..., cols]: rows of any weight type (GGUF bytes), "
      "bit-exact with gguf.quants.dequantize."},

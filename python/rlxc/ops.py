@@ -7,8 +7,6 @@ never modified, and every op returns a new array. ``rlxc.set_isa()`` picks the k
 from ._rlxc import (  # noqa: F401
     attention,
     dequantize,
-    dequantize_q4_0,
-    dequantize_q8_0,
     gelu_tanh,
     layernorm,
     matmul,
@@ -21,5 +19,5 @@ from ._rlxc import (  # noqa: F401
     softcap,
 )
 
-__all__ = ["attention", "dequantize", "dequantize_q4_0", "dequantize_q8_0", "gelu_tanh", "layernorm", "matmul", "quantize_q4_0",
-           "quantize_q8_0", "rmsnorm", "rope", "scale", "silu", "softcap"]
+__all__ = ["attention", "dequantize", "gelu_tanh", "layernorm", "matmul", "quantize_q4_0", "quantize_q8_0", "rmsnorm",
+           "rope", "scale", "silu", "softcap"]
