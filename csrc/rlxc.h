@@ -69,7 +69,8 @@ typedef struct rlxc_layer {
     int ffn_up_bias;        /* bias on up (and gate) projections */
     int ffn_down_bias;
 
-    /* What the 18 fields above cannot express (hf_layer_spec.md section 4). */
+    /* What the 18 fields above cannot express: widths, norm offsets, biases, Gemma 2-4 and YaRN
+     * details, shared K/V and per-layer inputs. */
     int hidden_size;
     int intermediate_size;
     float norm_offset;      /* main norms use (offset + w): Gemma 1-3 use 1 */
