@@ -2,7 +2,8 @@
 
 tests/fuzz/make_corpus.py writes one file per recipe (truncations, offsets past the end,
 overflowing dimension products, unknown tensor types, misaligned data, huge string lengths and
-counts, metadata of the wrong type, NaN scales that reach the kernels, ...); the corpus checked in
+counts, metadata of the wrong type, NaN scales that reach the kernels, Hugging Face folders whose
+config.json / generation_config.json / tokenizer files hold values of the wrong type or range, ...); the corpus checked in
 must be exactly what it writes. Each file then goes through rlxc.load and, if it loads, a forward
 pass and a tokenizer round trip (tests/fuzz/targets.py):
 
@@ -54,6 +55,9 @@ HAS_HF = _has_transformers()
 def load_and_run(path: str, tmp_path) -> None:
     if path.endswith(".gguf"):
         targets.run_gguf(path)
+    elif path.endswith(".hf.json"):
+        with open(path, "rb") as f:
+            targets.run_hf(f.read(), str(tmp_path / "hf"))
     else:
         folder = tmp_path / "ckpt"
         targets.prepare_folder(str(folder))
@@ -67,7 +71,7 @@ def params():
         marks = []
         if "known_bug" in m:
             marks.append(pytest.mark.xfail(reason="undocumented exception: " + m["known_bug"], strict=False))
-        if name.endswith(".safetensors") and not HAS_HF:
+        if name.endswith((".safetensors", ".hf.json")) and not HAS_HF:
             marks.append(pytest.mark.skip(reason="Hugging Face folders need transformers"))
         out.append(pytest.param(name, m["expect"], marks=marks, id=name))
     return out
@@ -103,9 +107,18 @@ def test_corpus_file(name, expect, tmp_path):
     ("gguf_tokenizer_merges_unknown_tokens.gguf", "merge 0 'a b' needs 'ab', which is not in the vocabulary"),
     ("st_dtype_list.safetensors", "'model.embed_tokens.weight': dtype ['F32'] is not a string"),
     ("st_shape_product_overflow.safetensors", "shape [18446744073709551616, 1] of F16 needs"),
+    ("hf_heads_zero.hf.json", "config.json: field 'num_attention_heads' is int 0, expected None or an integer in [1,"),
+    ("hf_heads_negative.hf.json", "config.json: field 'num_attention_heads' is int -1"),
+    ("hf_torch_dtype_list.hf.json", "config.json: field 'torch_dtype' is list [], expected a torch dtype name"),
+    ("hf_layers_more_than_tensors.hf.json", "config.json: field 'num_hidden_layers' is 2, but the checkpoint has "
+                                            "tensors of 1 layers"),
+    ("hf_nested_heads_zero.hf.json", "config.json: field 'text_config.num_attention_heads' is int 0"),
+    ("hf_eos_float.hf.json", "generation_config.json: field 'eos_token_id' is float 1.5, expected a token id"),
+    ("hf_eos_nested_list.hf.json", "generation_config.json: field 'eos_token_id' is list [[1]]"),
+    ("hf_chat_template_list_of_strings.hf.json", "tokenizer_config.json: field 'chat_template' is list ['x']"),
 ])
 def test_corpus_errors_say_what_is_wrong(name, says, tmp_path):
-    if name.endswith(".safetensors") and not HAS_HF:
+    if name.endswith((".safetensors", ".hf.json")) and not HAS_HF:
         pytest.skip("Hugging Face folders need transformers")
     with pytest.raises(ValueError, match=re.escape(says)):
         load_and_run(os.path.join(CORPUS, name), tmp_path)
@@ -127,6 +140,12 @@ def test_fuzz_safetensors_seeds_load_and_run(name, tmp_path):
     targets.prepare_folder(str(folder))
     (folder / "model.safetensors").write_bytes(formats.st_seeds()[name].to_bytes())
     targets.run_safetensors(str(folder))
+
+
+@pytest.mark.skipif(not HAS_HF, reason="Hugging Face folders need transformers")
+@pytest.mark.parametrize("name", sorted(formats.hf_seeds()))
+def test_fuzz_hf_folder_seeds_load_and_run(name, tmp_path):
+    targets.run_hf(formats.hf_seeds()[name].to_bytes(), str(tmp_path / "hf"))
 
 
 def _maps_of(path: str) -> int:

@@ -7,6 +7,7 @@ that the signal is observed instead of taking pytest down.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -179,3 +180,103 @@ def test_save_permissions_and_atomic_replace(tmp_path, small_model):
     os.symlink(existing, link)
     rlxc.save(small_model, link)  # the link itself is replaced, the file it named is not written
     assert not os.path.islink(link) and os.path.getsize(existing) == os.path.getsize(link)
+
+
+# ---------------------------------------------------------------- finding 6: malformed Hugging Face folders
+
+def hf_folder(tmp_path, config=None, drop=(), files=None) -> str:
+    """The fuzzer's tiny llama checkpoint (config.json over formats.HF_CONFIG) plus extra files."""
+    pytest.importorskip("transformers")
+    import json
+    folder = tmp_path / "ckpt"
+    folder.mkdir(exist_ok=True)
+    st = formats.st_seeds()["llama_f32"]
+    for name in drop:
+        del st.header[name]
+    (folder / "model.safetensors").write_bytes(st.to_bytes())
+    (folder / "config.json").write_text(json.dumps({**formats.HF_CONFIG, **(config or {})}))
+    for name, content in (files or {}).items():
+        (folder / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(folder)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_attention_heads", 0), ("hidden_size", 0), ("intermediate_size", 0),   # ZeroDivisionError / engine
+    ("num_attention_heads", -1), ("head_dim", -1),                               # TypeError: complex numbers
+    ("num_attention_heads", 16.5), ("hidden_size", "16"), ("num_key_value_heads", True),
+    ("num_key_value_heads", 2 ** 40), ("vocab_size", -1), ("vocab_size", 17), ("max_position_embeddings", -1),
+    ("torch_dtype", "x"), ("torch_dtype", []), ("dtype", "x"),                   # AttributeError / IndexError
+    ("rms_norm_eps", "x"), ("rope_theta", "x"), ("rope_theta", 0), ("num_key_value_heads", 3),
+    ("rope_scaling", {"rope_type": "linear", "factor": "x"}), ("rope_scaling", {"rope_type": "linear"}),
+    ("num_hidden_layers", 0), ("num_hidden_layers", 2), ("num_hidden_layers", 200000),
+])
+def test_malformed_config_raises_value_error_naming_file_and_field(tmp_path, field, value):
+    folder = hf_folder(tmp_path, {field: value})
+    with pytest.raises(ValueError, match=r"config\.json: .*" + {"rope_scaling": "rope_parameters",
+                                                                  "rope_theta": "rope_parameters"}.get(field, field)):
+        rlxc.load(folder, weights="f32", max_seq=16, tokenizer=False)
+
+
+def test_layer_count_checked_against_the_tensors_before_building_layers(tmp_path):
+    import time
+    folder = hf_folder(tmp_path, {"num_hidden_layers": 100_000})  # took 22 s and 600 MB before failing (2e5)
+    t = time.monotonic()
+    with pytest.raises(ValueError, match=r"config\.json: field 'num_hidden_layers' is 100000, but the checkpoint "
+                                         r"has tensors of 1 layers"):
+        rlxc.load(folder, weights="f32", max_seq=16, tokenizer=False)
+    assert time.monotonic() - t < 5
+
+
+@pytest.mark.parametrize("tensor", ["model.layers.0.self_attn.k_proj.weight", "model.layers.0.input_layernorm.weight"])
+def test_incomplete_checkpoint_fails_at_load_not_at_the_first_forward(tmp_path, tensor):
+    folder = hf_folder(tmp_path, drop=[tensor])
+    slot = "k_proj" if "k_proj" in tensor else "attn_norm"
+    with pytest.raises(ValueError, match=f"layer 0 lacks tensors for {slot}"):
+        rlxc.load(folder, weights="f32", max_seq=16, tokenizer=False)
+
+
+def tiny_tokenizer_json() -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    vocab = {t: i for i, t in enumerate(["<unk>", "<s>", "</s>", "a", "b", "c"] + [f"t{i}" for i in range(10)])}
+    t = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    return t.to_str()
+
+
+@pytest.mark.parametrize("file,content,field", [
+    ("generation_config.json", {"eos_token_id": [[1]]}, "eos_token_id"),   # TypeError: unhashable
+    ("generation_config.json", {"eos_token_id": "x"}, "eos_token_id"),     # ValueError from int("x")
+    ("generation_config.json", {"eos_token_id": 1.5}, "eos_token_id"),     # silently token 1
+    ("generation_config.json", {"eos_token_id": True}, "eos_token_id"),
+    ("generation_config.json", {"eos_token_id": -1}, "eos_token_id"),
+    ("tokenizer_config.json", {"chat_template": ["x"]}, "chat_template"),  # TypeError: string indices
+    ("tokenizer_config.json", {"chat_template": [{"name": "default"}]}, "chat_template"),  # KeyError
+    ("tokenizer_config.json", {"chat_template": 5}, "chat_template"),      # silently a template of 5
+    ("tokenizer_config.json", {"eos_token": 5}, "eos_token"),              # silently no EOS
+    ("tokenizer_config.json", {"bos_token": {"content": ["<s>"]}}, "bos_token.content"),
+    ("tokenizer_config.json", [1, 2], None),                               # silently ignored
+    ("generation_config.json", "3", None),
+])
+def test_malformed_tokenizer_files_raise_value_error_naming_file_and_field(tmp_path, file, content, field):
+    pytest.importorskip("tokenizers")
+    import json
+    folder = hf_folder(tmp_path, files={"tokenizer.json": tiny_tokenizer_json(), file: json.dumps(content)})
+    with pytest.raises(ValueError, match=re.escape(file) + (f": field '{re.escape(field)}'" if field
+                                                            else ": not a JSON object")):
+        rlxc.load(folder, weights="f32", max_seq=16)
+
+
+def test_well_formed_tokenizer_files_still_load(tmp_path):
+    pytest.importorskip("tokenizers")
+    folder = hf_folder(tmp_path, files={
+        "tokenizer.json": tiny_tokenizer_json(), "generation_config.json": {"eos_token_id": [2, 5]},
+        "tokenizer_config.json": {"bos_token": {"content": "<s>"}, "eos_token": "</s>",
+                                  "chat_template": [{"name": "default", "template": "{{ messages[0]['content'] }}"},
+                                                    {"name": "tool_use", "template": "x"}]}})
+    tok = rlxc.load(folder, weights="f32", max_seq=16).tokenizer
+    assert tok.bos_id == 1 and tok.eos_id == 2 and tok.eog_ids == {2, 5}
+    assert tok.apply_chat_template([{"role": "user", "content": "a b"}]) == "a b"
+    (tmp_path / "ckpt" / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "ckpt" / "chat_template.jinja").write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="chat_template.jinja: not UTF-8"):
+        rlxc.load(folder, weights="f32", max_seq=16)

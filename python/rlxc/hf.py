@@ -250,11 +250,144 @@ def _rope_out(base: float, rd: int, layout: int, attn_factor: float,
     return f, (None if factors is None else np.asarray(factors, dtype=np.float32))
 
 
+# ----------------------------------------------------------------------------- config values
+
+#: the largest dimension the engine's int fields hold
+_MAX_DIM = 2 ** 31 - 1
+
+
+def _shown(v: Any) -> str:
+    return f"{type(v).__name__} {v!r:.60}"
+
+
+def config_int(obj: Any, name: str, source: str, lo: int = 1, hi: int = _MAX_DIM, optional: bool = False,
+               where: str = "") -> int | None:
+    """Attribute (or, for a dict, key) ``name`` of a config checked to be an int in ``[lo, hi]``
+    (None allowed with ``optional``), else a ValueError naming ``source`` (the file) and the
+    field (``where`` + name)."""
+    v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    if v is None and optional:
+        return None
+    # type(v) is int: a JSON true / false loads as a bool, which isinstance takes for an int
+    if not (type(v) is int or isinstance(v, np.integer)) or not lo <= v <= hi:
+        raise ValueError(f"{source}: field {where + name!r} is {_shown(v)}, expected "
+                         f"{'None or ' if optional else ''}an integer in [{lo}, {hi}]")
+    return int(v)
+
+
+def config_float(obj: Any, name: str, source: str, lo: float = 0.0, positive: bool = False, optional: bool = False,
+                 where: str = "") -> float | None:
+    """Attribute (or, for a dict, key) ``name`` checked to be a finite number >= ``lo`` (> ``lo``
+    with ``positive``); None allowed with ``optional``; else a ValueError naming file and field."""
+    v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    if v is None and optional:
+        return None
+    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    if not ok or not math.isfinite(v) or v < lo or (positive and v == lo):
+        raise ValueError(f"{source}: field {where + name!r} is {_shown(v)}, expected "
+                         f"{'None or ' if optional else ''}a finite number {'>' if positive else '>='} {lo:g}")
+    return float(v)
+
+
+# dimension fields -> their least value (head_dim 0: derived from hidden_size, as transformers does)
+_DIMS = {"hidden_size": 1, "intermediate_size": 1, "num_attention_heads": 1, "num_key_value_heads": 1,
+         "head_dim": 0, "vocab_size": 1, "max_position_embeddings": 1, "num_hidden_layers": 1}
+_MAX_LAYERS = 100_000  # rlxc.Pipeline's bound
+
+
+def check_config_dict(d: Mapping[str, Any], source: str) -> None:
+    """The dimension fields of a config.json document (and of its text_config) that are given,
+    checked before transformers' config class sees them: it divides by some (a ZeroDivisionError
+    for num_attention_heads = 0). :func:`validate_config` checks the config object afterwards."""
+    for where, sub in (("", d), ("text_config.", d.get("text_config"))):
+        if isinstance(sub, Mapping):
+            for name, lo in _DIMS.items():
+                config_int(sub, name, source, lo=lo, hi=_MAX_LAYERS if name == "num_hidden_layers" else _MAX_DIM,
+                           optional=True, where=where)
+
+
+def validate_config(config: Any, source: str = "config") -> None:
+    """Raise ValueError, naming ``source`` (the config file) and the field, for a value rlxc reads
+    from ``config`` that is of the wrong type or out of range: dimensions that are not positive
+    ints (a 0 divided by, a -1 raised to -0.5), eps, RoPE and softcap numbers that are not finite
+    non-negative numbers, a head count that the kv-head count does not divide, ... The type
+    checks of transformers' own config classes come first; this adds the ranges and whatever
+    they let through. Call it before anything loops over ``num_hidden_layers``."""
+    mt = _model_type(config)
+    L = config_int(config, "num_hidden_layers", source, hi=_MAX_LAYERS)
+    config_int(config, "hidden_size", source)
+    config_int(config, "vocab_size", source)
+    config_int(config, "max_position_embeddings", source, optional=True)
+    for name in ("num_local_experts", "num_experts", "pretraining_tp"):
+        config_int(config, name, source, lo=0, optional=True)
+    config_float(config, "norm_epsilon" if mt == "starcoder2" else "rms_norm_eps", source)
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        config_float(config, name, source, optional=True)
+    if mt in ("gemma2", "gemma3_text"):
+        config_float(config, "query_pre_attn_scalar", source, positive=True)
+    if mt not in ("llama", "gemma"):
+        config_int(config, "sliding_window", source, lo=0, optional=True)
+    lts = getattr(config, "layer_types", None)
+    if lts is not None and (not isinstance(lts, (list, tuple)) or len(lts) != L
+                            or not all(isinstance(t, str) for t in lts)):
+        raise ValueError(f"{source}: field 'layer_types' is {_shown(lts)}, expected a list of {L} strings")
+    if mt == "gemma4_text":
+        config_int(config, "hidden_size_per_layer_input", source, lo=0, optional=True)
+        config_int(config, "num_kv_shared_layers", source, lo=0, hi=L or 0, optional=True)
+    for i in range(L or 0):
+        lc = _layer_config(config, i)
+        where = f"per_layer_config[{i}]." if lc is not config else ""
+        nq = config_int(lc, "num_attention_heads", source, where=where)
+        nkv = config_int(lc, "num_key_value_heads", source, optional=True, where=where) or nq
+        config_int(lc, "intermediate_size", source, where=where)
+        hd = config_int(lc, "head_dim", source, lo=0, optional=True, where=where)
+        if not hd and config.hidden_size < nq:
+            raise ValueError(f"{source}: field '{where}num_attention_heads' is {nq}, more than hidden_size "
+                             f"{config.hidden_size}, and there is no head_dim")
+        if nq % nkv:
+            raise ValueError(f"{source}: field '{where}num_attention_heads' is {nq}, not a multiple of "
+                             f"num_key_value_heads {nkv}")
+    for i in sorted({list(lts).index(t) for t in lts}) if lts else [0]:  # one layer of each type
+        _validate_rope(config, i, mt, source)
+
+
+def _validate_rope(config: Any, i: int, mt: str, source: str) -> None:
+    rp = getattr(config, "rope_parameters", None)
+    if mt in ("gemma3_text", "gemma4_text"):
+        if not isinstance(rp, Mapping):
+            raise ValueError(f"{source}: field 'rope_parameters' is {_shown(rp)}, expected an object")
+        lt = _layer_type(config, i)
+        if rp.get(lt) is None:
+            return  # rope_fields: NotImplementedError naming the layer type
+        rp, where = rp[lt], f"rope_parameters[{lt!r}]."
+    else:
+        where = "rope_parameters."
+    if not isinstance(rp, Mapping):
+        raise ValueError(f"{source}: field {where[:-1]!r} is {_shown(rp)}, expected an object")
+    config_float(rp, "rope_theta", source, positive=True, where=where)
+    config_float(rp, "partial_rotary_factor", source, positive=True, optional=True, where=where)
+    if (rp.get("partial_rotary_factor") or 1.0) > 1.0:
+        raise ValueError(f"{source}: field '{where}partial_rotary_factor' is {rp['partial_rotary_factor']!r}, "
+                         "expected a number in (0, 1]")
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+                "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+        config_float(rp, key, source, positive=key != "mscale" and key != "mscale_all_dim", optional=True,
+                     where=where)
+    for key in ("short_factor", "long_factor"):
+        v = rp.get(key)
+        if v is not None and (not isinstance(v, (list, tuple))
+                              or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                         and math.isfinite(x) and x > 0 for x in v)):
+            raise ValueError(f"{source}: field {where + key!r} is {_shown(v)}, expected a list of positive numbers")
+
+
 # ----------------------------------------------------------------------------- checks
 
-def check_supported(config: Any, max_seq: int | None = None) -> None:
-    """Raise NotImplementedError if any part of this config cannot be reproduced by rlxc."""
+def check_supported(config: Any, max_seq: int | None = None, source: str = "config") -> None:
+    """Raise NotImplementedError if any part of this config cannot be reproduced by rlxc
+    (ValueError, naming ``source`` and the field, for a malformed value: :func:`validate_config`)."""
     mt = _model_type(config)
+    validate_config(config, source)
     if mt != "gemma4_text" and getattr(config, "is_heterogeneous", False):
         raise NotImplementedError(f"rlxc.hf: heterogeneous per_layer_config on {mt}")
     if mt == "gemma3_text" and getattr(config, "use_bidirectional_attention", False):

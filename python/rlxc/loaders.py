@@ -1218,6 +1218,40 @@ class _Checkpoint:
 
 
 _HF_LAYER_IGNORE = ("rotary_emb.inv_freq", "self_attn.rotary_emb.inv_freq")
+# torch dtype names a config's torch_dtype / dtype may give (rlxc reads the tensors' own dtypes)
+_TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double", "float8_e4m3fn",
+                 "float8_e5m2", "int8", "uint8", "auto")
+
+
+def _check_dtype_fields(cfg: Mapping[str, Any], path: str, where: str = "") -> None:
+    """config.json's torch_dtype / dtype: None or a torch dtype name (transformers looks the string
+    up in torch: AttributeError for "x", IndexError for [])."""
+    for key in ("torch_dtype", "dtype"):
+        v = cfg.get(key)
+        if v is not None and not (isinstance(v, str) and v.removeprefix("torch.") in _TORCH_DTYPES):
+            raise ValueError(f"{path}: field {where + key!r} is {type(v).__name__} {v!r:.60}, expected a torch "
+                             f"dtype name ({', '.join(_TORCH_DTYPES[:3])}, ...)")
+    for sub in ("text_config", "vision_config", "audio_config"):
+        if isinstance(cfg.get(sub), Mapping):
+            _check_dtype_fields(cfg[sub], path, f"{where}{sub}.")
+
+
+def _check_layer_count(ck: "_Checkpoint", prefix: str, L: int, cfg_path: str) -> None:
+    """num_hidden_layers must be the layers the checkpoint has tensors for, 0 .. L-1, all of them."""
+    lp = f"{prefix}layers."
+    have = set()
+    for k in ck.where:
+        if k.startswith(lp):
+            n = k[len(lp):].split(".", 1)[0]
+            if n.isdigit() and n.isascii():
+                have.add(int(n))
+    if have != set(range(L)):
+        missing = sorted(set(range(L)) - have)
+        if len(have) < L:
+            what = f"has tensors of {len(have)} layers (none of layer {missing[0]})"
+        else:
+            what = f"has tensors of layer {max(have - set(range(L)))}"
+        raise ValueError(f"{cfg_path}: field 'num_hidden_layers' is {L}, but the checkpoint {what}")
 
 
 def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_seq: int | None,
@@ -1245,14 +1279,22 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
     if mt not in hf.SUPPORTED_MODEL_TYPES and mt not in ("gemma3", "gemma4"):
         raise NotImplementedError(f"{folder}: model_type {mt!r} is not supported; supported: "
                                   f"{', '.join(hf.SUPPORTED_MODEL_TYPES)}")
-    config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
-    if mt in ("gemma3", "gemma4"):
-        config = config.get_text_config()
-    if max_seq is None:
-        max_seq = int(min(getattr(config, "max_position_embeddings", 4096) or 4096, 4096))
-    hf.check_supported(config, max_seq)
-    ck = _Checkpoint(folder, mmap)
+    _check_dtype_fields(cfg_dict, cfg_path)
+    hf.check_config_dict(cfg_dict, cfg_path)
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+        if mt in ("gemma3", "gemma4"):
+            config = config.get_text_config()
+    except (ImportError, MemoryError, NotImplementedError):
+        raise
+    except Exception as e:  # transformers' config classes check types (StrictDataclass...Error, KeyError, ...)
+        msg = " ".join(str(e).split())
+        raise ValueError(f"{cfg_path}: rejected by transformers ({type(e).__name__}: {msg:.300})") from None
     mtype = config.model_type
+    if getattr(type(config), "model_type", mtype) != mtype:  # e.g. a gemma4_text text_config of a gemma3 model
+        raise ValueError(f"{cfg_path}: field '{'text_config.' if mt != mtype else ''}model_type' is {mtype!r}, but "
+                         f"transformers reads the config as {type(config).__name__} ({type(config).model_type})")
+    ck = _Checkpoint(folder, mmap)
     # the decoder's parameter prefix
     prefix = None
     for p in ("model.", "model.language_model.", "language_model.model.", ""):
@@ -1261,14 +1303,23 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
             break
     if prefix is None:
         raise ValueError(f"{folder}: no embed_tokens.weight in the checkpoint")
-    L = int(config.num_hidden_layers)
+    # the layer count against the tensors first: every later step loops over the layers
+    L = hf.config_int(config, "num_hidden_layers", cfg_path, hi=hf._MAX_LAYERS)
+    _check_layer_count(ck, prefix, L, cfg_path)
+    hf.validate_config(config, cfg_path)
+    if max_seq is None:
+        max_seq = int(min(config.max_position_embeddings or 4096, 4096))
+    hf.check_supported(config, max_seq, cfg_path)
 
     def layer_spec(i: int) -> tuple[dict, dict]:
         f = hf.layer_fields(config, i, max_seq)
         lp = f"{prefix}layers.{i}."
         names = [k[len(lp):] for k in ck.where if k.startswith(lp)]
         ws: dict[str, np.ndarray] = {}
-        probe = _rlxc_layer(f)
+        try:
+            probe = _rlxc_layer(f)
+        except ValueError as e:  # a rule of the engine's fields (rotary_dim even, ...)
+            raise ValueError(f"{cfg_path}: layer {i}: {e}") from None
         for n in names:
             if n in _HF_LAYER_IGNORE:
                 continue
@@ -1297,9 +1348,16 @@ def _hf_folder_model(folder: str, weights: str | None, threads: int | None, max_
         _, factors = hf.rope_fields(config, i, max_seq)
         if factors is not None:
             ws["rope_freq_factors"] = factors
+        missing = [slot for slot in probe.used_weights() if slot not in ws]
+        if missing:
+            raise ValueError(f"{folder}: layer {i} lacks tensors for {', '.join(missing)} (under {lp!r}; the "
+                             f"fields of config.json need them)")
         return f, ws
 
     embed = ck.get(f"{prefix}embed_tokens.weight")
+    if embed.shape != (config.vocab_size, config.hidden_size):
+        raise ValueError(f"{cfg_path}: fields 'vocab_size' = {config.vocab_size} and 'hidden_size' = "
+                         f"{config.hidden_size}, but {prefix}embed_tokens.weight has shape {embed.shape}")
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head_name = "lm_head.weight"
     lm_head = None if tied or head_name not in ck else ck.get(head_name)

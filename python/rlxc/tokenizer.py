@@ -764,21 +764,17 @@ class HFTokenizer(Tokenizer):
         except Exception as e:  # tokenizers raises its own Exception type
             raise ValueError(f"{path}: cannot be read ({e})") from None
         self.vocab_size = self._tk.get_vocab_size(with_added_tokens=True)
-        cfg = _read_json(os.path.join(folder, "tokenizer_config.json"))
-        gen = _read_json(os.path.join(folder, "generation_config.json"))
-        mcfg = _read_json(os.path.join(folder, "config.json"))
-
-        def tok_text(v: Any) -> str | None:
-            if isinstance(v, dict):
-                return v.get("content")
-            return v if isinstance(v, str) else None
-
-        self.bos_token = tok_text(cfg.get("bos_token")) or ""
-        self.eos_token = tok_text(cfg.get("eos_token")) or ""
-        self.bos_id = self._tk.token_to_id(self.bos_token) if self.bos_token else mcfg.get("bos_token_id")
+        cfg_path, gen_path, mcfg_path = (os.path.join(folder, n) for n in
+                                         ("tokenizer_config.json", "generation_config.json", "config.json"))
+        cfg, gen, mcfg = _read_json(cfg_path), _read_json(gen_path), _read_json(mcfg_path)
+        self.bos_token = _token_text(cfg, "bos_token", cfg_path) or ""
+        self.eos_token = _token_text(cfg, "eos_token", cfg_path) or ""
+        self.bos_id = (self._tk.token_to_id(self.bos_token) if self.bos_token
+                       else _token_id(mcfg, "bos_token_id", mcfg_path))
         self.eos_id = self._tk.token_to_id(self.eos_token) if self.eos_token else None
-        eos = gen.get("eos_token_id", mcfg.get("eos_token_id"))
-        eog = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        eos = (_token_ids(gen, "eos_token_id", gen_path) if "eos_token_id" in gen
+               else _token_ids(mcfg, "eos_token_id", mcfg_path))
+        eog: set[int] = set(eos)
         if self.eos_id is None and eog:
             self.eos_id = min(eog)
         if self.eos_id is not None:
@@ -791,15 +787,16 @@ class HFTokenizer(Tokenizer):
         probe = self._tk.encode("a", add_special_tokens=True).ids
         self.add_bos = bool(self.bos_id is not None and probe and probe[0] == self.bos_id)
         self.add_eos = bool(self.eos_id is not None and probe and probe[-1] == self.eos_id and len(probe) > 1)
-        tmpl = cfg.get("chat_template")
-        origin = f"{os.path.join(folder, 'tokenizer_config.json')}: chat_template"
+        tmpl = _chat_template(cfg, cfg_path)
+        origin = f"{cfg_path}: chat_template"
         jpath = os.path.join(folder, "chat_template.jinja")
         if tmpl is None and os.path.exists(jpath):
-            with open(jpath, encoding="utf-8") as f:
-                tmpl = f.read()
+            try:
+                with open(jpath, encoding="utf-8") as f:
+                    tmpl = f.read()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{jpath}: not UTF-8 text ({e})") from None
             origin = jpath
-        if isinstance(tmpl, list):  # named templates: take "default"
-            tmpl = next((t["template"] for t in tmpl if t.get("name") == "default"), None)
         self.chat_template = tmpl
         _with_origin(self, origin)
         self._special = {i for i, t in self._tk.get_added_tokens_decoder().items() if t.special}
@@ -855,7 +852,63 @@ def _read_json(path: str) -> dict[str, Any]:
             d = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ValueError(f"{path}: not valid JSON ({type(e).__name__}: {e})") from None
-    return d if isinstance(d, dict) else {}
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: not a JSON object ({type(d).__name__})")
+    return d
+
+
+# The fields of a folder's JSON files that the tokenizer reads: a value of another type raises a
+# ValueError naming the file and the field (as rlxc.loaders.gguf_meta does for GGUF metadata)
+# instead of a TypeError later, or being taken for something else (1.5 as token 1).
+
+def _bad_field(path: str, key: str, v: Any, want: str) -> ValueError:
+    return ValueError(f"{path}: field {key!r} is {type(v).__name__} {v!r:.60}, expected {want}")
+
+
+def _is_id(x: Any) -> bool:
+    return type(x) is int and x >= 0  # type(): JSON true / false load as bools, which are ints
+
+
+def _token_id(d: Mapping[str, Any], key: str, path: str) -> int | None:
+    """``d[key]``: None or a token id (an int >= 0)."""
+    v = d.get(key)
+    if v is None or _is_id(v):
+        return v
+    raise _bad_field(path, key, v, "a token id (an integer >= 0)")
+
+
+def _token_ids(d: Mapping[str, Any], key: str, path: str) -> list[int]:
+    """``d[key]``: absent / None (no ids), a token id or a list of token ids."""
+    v = d.get(key)
+    if v is None:
+        return []
+    if _is_id(v):
+        return [v]
+    if isinstance(v, list) and all(_is_id(x) for x in v):
+        return list(v)
+    raise _bad_field(path, key, v, "a token id or a list of token ids (integers >= 0)")
+
+
+def _token_text(d: Mapping[str, Any], key: str, path: str) -> str | None:
+    """A special token of tokenizer_config.json: None, its text, or an object with its "content"."""
+    v = d.get(key)
+    if isinstance(v, dict):
+        v, key = v.get("content"), key + ".content"
+    if v is None or isinstance(v, str):
+        return v
+    raise _bad_field(path, key, v, "a string or an object with a string 'content'")
+
+
+def _chat_template(d: Mapping[str, Any], path: str) -> str | None:
+    """tokenizer_config.json's chat_template: a string, or named templates ([{"name", "template"}],
+    of which "default" is used)."""
+    v = d.get("chat_template")
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                   and isinstance(t.get("template"), str) for t in v):
+        return next((t["template"] for t in v if t["name"] == "default"), None)
+    raise _bad_field(path, "chat_template", v, 'a string or a list of {"name": ..., "template": ...} objects')
 
 
 # ============================================================================ factories

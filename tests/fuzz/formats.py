@@ -1,9 +1,11 @@
-"""GGUF and safetensors files as editable structures, for seeds, mutations and the corpus.
+"""GGUF and safetensors files and Hugging Face folders as editable structures, for seeds,
+mutations and the corpus.
 
-Independent of rlxc's own reader and writer (python/rlxc/loaders.py): a GGUF is a list of
-metadata entries, a list of tensor infos and the data block, and every length and count the
-file states can be overridden, so a serialized structure can lie about itself (string lengths
-past the end, counts of 2**63, offsets past the data, ...). Everything is deterministic given
+Independent of rlxc's own readers and writer: a GGUF is a list of metadata entries, a list of
+tensor infos and the data block, and every length and count the file states can be overridden,
+so a serialized structure can lie about itself (string lengths past the end, counts of 2**63,
+offsets past the data, ...). A folder is its JSON documents (config.json, generation_config.json,
+tokenizer.json, tokenizer_config.json) plus a safetensors seed. Everything is deterministic given
 the numpy Generator passed in.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -363,3 +366,59 @@ def make_safetensors(dtype: str = "F32", seed: int = 0) -> Safetensors:
 def st_seeds() -> dict[str, Safetensors]:
     return {"llama_f32": make_safetensors("F32"), "llama_bf16": make_safetensors("BF16", 1),
             "llama_f16": make_safetensors("F16", 2)}
+
+
+# ---------------------------------------------------------------------------- Hugging Face folders
+
+# the tokens of a word-level tokenizer.json for the tiny checkpoint's 16-token vocabulary
+HF_TOKENS = ["<unk>", "<s>", "</s>", "a", "b", "c"] + [f"t{i}" for i in range(10)]
+
+
+def tokenizer_json() -> dict:
+    """A ``tokenizers`` word-level tokenizer.json (the format, written by hand: no library)."""
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in enumerate(HF_TOKENS[:3])]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+            "model": {"type": "WordLevel", "vocab": {t: i for i, t in enumerate(HF_TOKENS)}, "unk_token": "<unk>"}}
+
+
+@dataclass
+class HFFolder:
+    """A checkpoint folder as an editable structure: JSON documents by file name (a document may be
+    any JSON value, or raw text in ``raw``), and the seed of its model.safetensors by name
+    (:func:`st_seeds`). ``to_bytes`` is one JSON archive of the folder, what the fuzzer mutates,
+    saves and the corpus keeps (``*.hf.json``); :func:`write_folder` unpacks one."""
+    docs: dict[str, Any]
+    safetensors: str = "llama_f32"
+    raw: dict[str, str] = field(default_factory=dict)
+
+    def copy(self) -> "HFFolder":
+        return copy.deepcopy(self)
+
+    def to_bytes(self) -> bytes:
+        files = {name: json.dumps(doc) for name, doc in self.docs.items()}
+        files.update(self.raw)
+        return json.dumps({"safetensors": self.safetensors, "files": files}, sort_keys=True, indent=0).encode()
+
+
+def write_folder(archive: bytes, folder: str) -> None:
+    """Unpack an :class:`HFFolder` archive into ``folder`` (which must exist)."""
+    a = json.loads(archive)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(st_seeds()[a["safetensors"]].to_bytes())
+    for name, text in a["files"].items():
+        with open(os.path.join(folder, os.path.basename(name)), "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+
+
+def hf_seeds() -> dict[str, HFFolder]:
+    """Valid folders: the tiny llama with a tokenizer, generation config and chat template."""
+    tok_cfg = {"bos_token": "<s>", "eos_token": {"content": "</s>"}, "add_bos_token": True,
+               "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}"}
+    full = {"config.json": dict(HF_CONFIG, bos_token_id=1, eos_token_id=2), "tokenizer.json": tokenizer_json(),
+            "tokenizer_config.json": tok_cfg, "generation_config.json": {"bos_token_id": 1, "eos_token_id": [2, 5]}}
+    named = dict(full, **{"tokenizer_config.json": dict(tok_cfg, chat_template=[
+        {"name": "default", "template": "{{ messages[0]['content'] }}"}, {"name": "rag", "template": "x"}])})
+    return {"llama_tok": HFFolder(full), "llama_tok_bf16": HFFolder(named, "llama_bf16"),
+            "llama_config_only": HFFolder({"config.json": dict(HF_CONFIG)}, "llama_f16")}

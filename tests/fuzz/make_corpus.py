@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""Write the regression corpus: malformed and edge-case GGUF / safetensors files, one recipe each.
+"""Write the regression corpus: malformed and edge-case GGUF / safetensors files and Hugging Face
+folders (``*.hf.json``: config.json, generation_config.json and tokenizer files, formats.HFFolder),
+one recipe each.
 
     python tests/fuzz/make_corpus.py [--out tests/fuzz/corpus]
 
@@ -31,7 +33,7 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 from formats import (ARR, BOOL, F32, GGUF, I32, I64, KV, STR, U8, U32, U64, Safetensors, Tensor,  # noqa: E402
-                     make_safetensors, make_seed, tensor_bytes)
+                     hf_seeds, make_safetensors, make_seed, tensor_bytes)
 
 RECIPES: dict[str, tuple[str, object]] = {}  # file name -> (expect, () -> bytes)
 KNOWN_BUGS: dict[str, str] = {}              # file name -> where it fails today
@@ -472,6 +474,109 @@ recipe("st_shape_product_overflow.safetensors")(
 recipe("st_shape_floats.safetensors")(  # int() used to take 16.0 as 16
     _st(lambda s: s.header[E].__setitem__("shape", [float(d) for d in s.header[E]["shape"]])))
 recipe("st_metadata_not_object.safetensors")(_st(lambda s: s.header.__setitem__("__metadata__", ["x"])))
+
+
+# ============================================================================ Hugging Face folders
+
+# one *.hf.json archive per folder (formats.HFFolder): config.json, generation_config.json and the
+# tokenizer files as the fuzzer mutates them; every one of these raised another exception than
+# ValueError (or was taken silently) before the loaders checked the fields they read (issue 16)
+
+def hf_base() -> HFFolder:
+    return hf_seeds()["llama_tok"]
+
+
+def _hf(doc: str, **fields):
+    def make():
+        f = hf_base()
+        f.docs[doc].update(fields)
+        return f.to_bytes()
+    return make
+
+
+def _hf_nested(**text):
+    def make():
+        f = hf_base()
+        cfg = {k: v for k, v in f.docs["config.json"].items() if k not in ("architectures", "model_type")}
+        f.docs["config.json"] = {"model_type": "gemma3", "text_config": {**cfg, "model_type": "gemma3_text", **text}}
+        return f.to_bytes()
+    return make
+
+
+_C, _G, _T = "config.json", "generation_config.json", "tokenizer_config.json"
+for _name, _doc, _fields in [
+    ("heads_zero", _C, dict(num_attention_heads=0)),                 # ZeroDivisionError in transformers
+    ("hidden_zero", _C, dict(hidden_size=0)),                        # ZeroDivisionError: 0.0 ** -0.5
+    ("heads_negative", _C, dict(num_attention_heads=-1)),            # TypeError: attn_scale complex
+    ("head_dim_negative", _C, dict(head_dim=-1)),
+    ("head_dim_odd", _C, dict(head_dim=7)),                          # the engine's rule, without the file
+    ("hidden_float", _C, dict(hidden_size=16.5)),
+    ("kv_heads_string", _C, dict(num_key_value_heads="1")),
+    ("kv_heads_huge", _C, dict(num_key_value_heads=2**40)),          # ran for minutes
+    ("kv_heads_not_dividing", _C, dict(num_key_value_heads=3)),
+    ("vocab_negative", _C, dict(vocab_size=-1)),                     # silently accepted
+    ("vocab_not_the_embedding", _C, dict(vocab_size=17)),            # silently accepted
+    ("max_position_negative", _C, dict(max_position_embeddings=-1)),  # silently accepted
+    ("layers_huge", _C, dict(num_hidden_layers=200000)),              # 22 s and 600 MB before failing
+    ("layers_more_than_tensors", _C, dict(num_hidden_layers=2)),      # failed at the first forward
+    ("torch_dtype_x", _C, dict(torch_dtype="x")),                     # AttributeError in transformers
+    ("torch_dtype_list", _C, dict(torch_dtype=[])),                   # IndexError in transformers
+    ("rope_theta_string", _C, dict(rope_theta="x")),
+    ("rope_theta_zero", _C, dict(rope_theta=0)),
+    ("rope_factor_string", _C, dict(rope_scaling={"rope_type": "linear", "factor": "x"})),
+    ("rope_factor_missing", _C, dict(rope_scaling={"rope_type": "linear"})),  # KeyError in transformers
+    ("experts_string", _C, dict(num_local_experts="8")),              # TypeError: '>' str and int
+    ("eps_string", _C, dict(rms_norm_eps="x")),
+    ("eos_nested_list", _G, dict(eos_token_id=[[1]])),                 # TypeError: unhashable list
+    ("eos_string", _G, dict(eos_token_id="x")),                        # ValueError without the file
+    ("eos_float", _G, dict(eos_token_id=1.5)),                         # silently token 1
+    ("eos_bool", _G, dict(eos_token_id=True)),
+    ("chat_template_list_of_strings", _T, dict(chat_template=["x"])),  # TypeError: string indices
+    ("chat_template_entry_without_template", _T, dict(chat_template=[{"name": "default"}])),  # KeyError
+    ("chat_template_number", _T, dict(chat_template=5)),               # silently a template of 5
+    ("eos_token_number", _T, dict(eos_token=5)),                       # silently no EOS
+    ("bos_token_content_list", _T, dict(bos_token={"content": ["<s>"]})),
+]:
+    recipe(f"hf_{_name}.hf.json")(_hf(_doc, **_fields))
+
+
+def _hf_doc(name: str, doc=None, raw: str | None = None):
+    def make():
+        f = hf_base()
+        if raw is None:
+            f.docs[name] = doc
+        else:
+            del f.docs[name]
+            f.raw[name] = raw
+        return f.to_bytes()
+    return make
+
+
+recipe("hf_nested_text_config_of_another_type.hf.json")(_hf_nested(model_type="gemma4_text"))  # AttributeError
+recipe("hf_nested_heads_zero.hf.json")(_hf_nested(num_attention_heads=0))
+recipe("hf_tokenizer_config_a_list.hf.json")(_hf_doc(_T, [1, 2]))          # silently ignored
+recipe("hf_generation_config_a_string.hf.json")(_hf_doc(_G, "3"))          # silently ignored
+recipe("hf_generation_config_invalid_json.hf.json")(_hf_doc(_G, raw='{"eos_token_id": '))
+recipe("hf_tokenizer_json_not_a_tokenizer.hf.json")(_hf_doc("tokenizer.json", {"model": None}))
+
+
+@recipe("hf_config_eos_negative.hf.json")
+def _():
+    f = hf_base()
+    del f.docs[_G]  # config.json's eos_token_id is read when generation_config.json has none
+    f.docs[_C]["eos_token_id"] = -1
+    return f.to_bytes()
+
+
+@recipe("hf_chat_template_jinja_not_utf8.hf.json")
+def _():
+    f = hf_base()
+    del f.docs[_T]["chat_template"]  # read from chat_template.jinja only when tokenizer_config has none
+    f.raw["chat_template.jinja"] = "\udcff{{ x }}"
+    return f.to_bytes()
+
+
+recipe("hf_valid_named_chat_templates.hf.json", expect="runs")(lambda: hf_seeds()["llama_tok_bf16"].to_bytes())
 
 
 # ============================================================================ writing

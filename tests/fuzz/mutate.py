@@ -1,19 +1,24 @@
-"""Structure-aware mutations of GGUF and safetensors files (see formats.py), plus byte-level ones.
+"""Structure-aware mutations of GGUF and safetensors files and of Hugging Face folders' JSON files
+(see formats.py), plus byte-level ones.
 
 Each mutator takes the structure and a numpy Generator and edits the structure in place; the
 byte mutators take and return bytes. ``mutate_gguf`` / ``mutate_safetensors`` apply a few of
-them at random and return the serialized file.
+them at random and return the serialized file; ``mutate_hf`` edits config.json,
+generation_config.json, tokenizer_config.json and tokenizer.json (values of every type, nested
+configs, whole documents replaced or made invalid JSON) and returns the folder archive.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import struct
 
 import numpy as np
 
-from formats import ARR, BOOL, F32, F64, GGML, GGUF, I32, I64, KV, STR, U32, U64, U8, Safetensors, Tensor
+from formats import (ARR, BOOL, F32, F64, GGML, GGUF, HF_CONFIG, I32, I64, KV, STR, U32, U64, U8, Safetensors, Tensor,
+                     tokenizer_json)
 
 EDGE_U = [0, 1, 2, 3, 7, 31, 32, 33, 255, 256, 4096, 2**16, 2**24, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1,
           2**40, 2**53 + 1, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
@@ -330,8 +335,9 @@ def s_entry(s: Safetensors, rng):
     elif what == 1:
         e["shape"] = pick(rng, ST_BAD_SHAPES)
     elif what == 2:
-        b, end = e.get("data_offsets", [0, 0]) if isinstance(e.get("data_offsets"), list) and \
-            len(e.get("data_offsets")) == 2 else (0, 0)
+        offs = e.get("data_offsets")
+        # (an earlier mutation may have left strings or floats there)
+        b, end = offs if isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs) else (0, 0)
         e["data_offsets"] = pick(rng, [[end, b], [b, end + 4], [b + 4, end + 4], [-4, end], [b, 2**63], [2**64, 2**64 + 4],
                                        [b], [b, end, 4], [str(b), end], [b + 0.5, end], None, [0, len(s.data)],
                                        [b - 2, end - 2]])
@@ -380,3 +386,121 @@ def mutate_safetensors(seed: Safetensors, rng, max_mutations: int = 3) -> bytes:
     elif r < 0.2:
         data = truncate(data, rng)
     return data
+
+
+# ---------------------------------------------------------------------------- Hugging Face folder mutators
+
+JSON_EDGE = [0, -1, 1, 2, 3, 7, 15, 16, 17, 32, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63, 2**64, 10**30, 1.5, 16.0,
+             -0.0, 1e-30, 1e308, math.nan, math.inf, -math.inf, "", "x", "16", "float32", "bfloat16", "auto", None,
+             True, False, [], [1], [2, 5], [[1]], ["x"], [None], {}, {"a": 1}, {"content": 5}, "\udcff",
+             [16] * 3, "9" * 40]
+CONFIG_KEYS = sorted(HF_CONFIG) + [
+    "head_dim", "dtype", "rope_scaling", "rope_parameters", "partial_rotary_factor", "sliding_window",
+    "use_sliding_window", "layer_types", "attention_bias", "mlp_bias", "pretraining_tp", "num_local_experts",
+    "bos_token_id", "eos_token_id", "pad_token_id", "text_config", "query_pre_attn_scalar",
+    "final_logit_softcapping", "attn_logit_softcapping", "hidden_activation", "norm_epsilon", "use_bias"]
+ROPE = [{"rope_type": "linear", "factor": 2.0}, {"rope_type": "linear"}, {"rope_type": "dynamic", "factor": 2.0},
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 8}, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4, "original_max_position_embeddings": 8},
+        {"rope_type": "linear", "factor": math.nan}, {"type": "linear", "factor": -1}, {"rope_type": 5}]
+MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text", "gemma4_text",
+               "starcoder2", "phi3", "mamba", "", None, 5]
+GEN_KEYS = ["eos_token_id", "bos_token_id", "pad_token_id", "max_length", "do_sample"]
+TOKCFG_KEYS = ["bos_token", "eos_token", "chat_template", "add_bos_token", "model_max_length", "unk_token"]
+
+
+def _json_value(rng, key: str):
+    if key in ("rope_scaling", "rope_parameters") and rng.integers(2):
+        return copy.deepcopy(pick(rng, ROPE))
+    if key == "model_type" and rng.integers(2):
+        return pick(rng, MODEL_TYPES)
+    if key == "chat_template" and rng.integers(2):
+        return pick(rng, [["x"], [{"name": "default"}], [{"name": "default", "template": 5}], [{}], "{{", "{% for %}",
+                          [{"name": "default", "template": "{{ bos_token }}"}], "{{ raise_exception('no') }}"])
+    if key.endswith("_token") and rng.integers(2):
+        return pick(rng, [{"content": "<s>"}, {"content": None}, {"content": ["<s>"]}, "<nope>", "</s>", 5])
+    if key == "layer_types" and rng.integers(2):
+        return pick(rng, [["full_attention"], ["sliding_attention"], ["x"], [], ["full_attention"] * 2, [5]])
+    return copy.deepcopy(pick(rng, JSON_EDGE))
+
+
+def h_config_value(f, rng):
+    if not f.docs:
+        return
+    doc = pick(rng, sorted(f.docs))
+    d = f.docs[doc]
+    if not isinstance(d, dict):
+        f.docs[doc] = {}
+        return
+    keys = {"config.json": CONFIG_KEYS, "generation_config.json": GEN_KEYS,
+            "tokenizer_config.json": TOKCFG_KEYS}.get(doc, list(d) or ["model"])
+    key = pick(rng, keys)
+    if rng.random() < 0.15 and key in d:
+        del d[key]
+    else:
+        d[key] = _json_value(rng, key)
+
+
+def h_nested_config(f, rng):
+    """Gemma 3 / 4 style: the text model's fields in text_config (and some of them edited)."""
+    cfg = f.docs.get("config.json")
+    if not isinstance(cfg, dict):
+        return
+    text = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
+    text["model_type"] = pick(rng, ["gemma3_text", "gemma4_text", "llama"])
+    if rng.integers(2):
+        text[pick(rng, CONFIG_KEYS)] = _json_value(rng, "x")
+    f.docs["config.json"] = {"model_type": pick(rng, ["gemma3", "gemma4"]), "text_config": text}
+
+
+def h_tokenizer_json(f, rng):
+    t = f.docs.get("tokenizer.json")
+    if not isinstance(t, dict):
+        f.docs["tokenizer.json"] = tokenizer_json()
+        return
+    what = int(rng.integers(5))
+    model = t.get("model")
+    if what == 0 and isinstance(model, dict) and isinstance(model.get("vocab"), dict):
+        vocab = model["vocab"]
+        k = pick(rng, sorted(vocab))
+        vocab[k] = pick(rng, [-1, 2**31, 10**6, 0, "x", None, 1.5])
+    elif what == 1 and isinstance(t.get("added_tokens"), list) and t["added_tokens"]:
+        e = pick(rng, t["added_tokens"])
+        e[pick(rng, ["id", "content", "special"])] = _json_value(rng, "x")
+    elif what == 2 and isinstance(model, dict):
+        model["type"] = pick(rng, ["BPE", "Unigram", "WordPiece", "x", 5])
+    elif what == 3:
+        t[pick(rng, ["pre_tokenizer", "decoder", "normalizer", "post_processor"])] = pick(
+            rng, [None, {"type": "x"}, {"type": "ByteLevel"}, 5, []])
+    else:
+        t["model"] = pick(rng, [None, {}, [], "x"])
+
+
+def h_document(f, rng):
+    """A whole document replaced, removed, or made invalid JSON / UTF-8."""
+    name = pick(rng, sorted(set(f.docs) | {"generation_config.json", "tokenizer_config.json", "chat_template.jinja"}))
+    what = int(rng.integers(4))
+    if what == 0:
+        f.docs[name] = pick(rng, [[], [1, 2], "x", 5, None, [[{}]]])
+    elif what == 1 and name in f.docs and name != "config.json":
+        del f.docs[name]
+    else:
+        text = json.dumps(f.docs.get(name, {}))
+        f.docs.pop(name, None)
+        f.raw[name] = pick(rng, [text[:len(text) // 2], text + "}", "[" * 5000 + "]" * 5000, "\udcff", "",
+                                 "{{ messages }}", text.replace('"', "'", 1)])
+
+
+HF_MUTATORS = [h_config_value, h_config_value, h_config_value, h_config_value, h_nested_config, h_tokenizer_json,
+               h_document]
+
+
+def mutate_hf(seed, rng, max_mutations: int = 3) -> bytes:
+    f = seed.copy()
+    for _ in range(int(rng.integers(1, max_mutations + 1))):
+        pick(rng, HF_MUTATORS)(f, rng)
+    if rng.random() < 0.1 and f.docs:
+        name = pick(rng, sorted(f.docs))
+        f.raw[name] = mutate_bytes(json.dumps(f.docs.pop(name)).encode(), rng).decode("utf-8", "surrogateescape")
+    return f.to_bytes()

@@ -1,13 +1,15 @@
 #!/usr/bin/env python
-"""Bounded fuzzing of rlxc's file loaders (GGUF and safetensors through rlxc.load).
+"""Bounded fuzzing of rlxc's file loaders (GGUF, safetensors and Hugging Face folders' JSON files
+through rlxc.load).
 
-    python tests/fuzz/run_fuzz.py --seconds 60 [--target gguf|safetensors|all] [--seed N]
+    python tests/fuzz/run_fuzz.py --seconds 60 [--target gguf|safetensors|hf|all] [--seed N]
                                   [--engine mutate|atheris] [--out DIR]
 
 Engines:
   mutate   (default, pure Python) structure-aware mutations of the seeds in formats.py (lying
            counts, lengths, types, dims, offsets, metadata values; see mutate.py) plus byte-level
-           flips / truncations. Each input runs in a forked child with a time limit, so a crash
+           flips / truncations; for hf, mutations of config.json, generation_config.json,
+           tokenizer_config.json and tokenizer.json (mutate.py's HF_MUTATORS). Each input runs in a forked child with a time limit, so a crash
            (signal, sanitizer abort) or hang is caught and the input saved while fuzzing goes on.
   atheris  coverage-guided libFuzzer (pip install atheris) over the GGUF target, seeded with the
            seeds, with the structured mutator mixed into libFuzzer's own; finds stop the run.
@@ -49,6 +51,8 @@ def run_one(kind: str, data: bytes, work: str, weights) -> tuple[int, str]:
             with open(path, "wb") as f:
                 f.write(data)
             targets.run_gguf(path, weights)
+        elif kind == "hf":
+            targets.run_hf(data, os.path.join(work, "hf"), weights or "f32")
         else:
             folder = os.path.join(work, "st")
             targets.prepare_folder(folder)
@@ -103,7 +107,7 @@ def run_forked(kind: str, data: bytes, work: str, weights, timeout: float) -> tu
 def save_finding(out: str, kind: str, data: bytes, outcome: str, detail: str) -> str:
     os.makedirs(out, exist_ok=True)
     h = hashlib.sha1(data).hexdigest()[:12]
-    ext = "gguf" if kind == "gguf" else "safetensors"
+    ext = {"gguf": "gguf", "hf": "hf.json"}.get(kind, "safetensors")
     path = os.path.join(out, f"{outcome}-{h}.{ext}")
     with open(path, "wb") as f:
         f.write(data)
@@ -121,8 +125,8 @@ def signature(detail: str) -> str:
 
 def fuzz_mutate(args) -> int:
     rng = np.random.default_rng(args.seed)
-    gseeds, sseeds = formats.seeds(), formats.st_seeds()
-    kinds = ["gguf", "safetensors"] if args.target == "all" else [args.target]
+    gseeds, sseeds, hseeds = formats.seeds(), formats.st_seeds(), formats.hf_seeds()
+    kinds = ["gguf", "safetensors", "hf"] if args.target == "all" else [args.target]
     targets.warm_up()
     work = tempfile.mkdtemp(prefix="rlxc-fuzz-")
     stats: dict[str, int] = {}
@@ -131,8 +135,8 @@ def fuzz_mutate(args) -> int:
     n = 0
     while time.monotonic() < t_end and (args.runs <= 0 or n < args.runs):
         kind = kinds[int(rng.integers(len(kinds)))] if len(kinds) > 1 else kinds[0]
-        if kind == "safetensors" and rng.random() < 0.5 and len(kinds) > 1:
-            kind = "gguf"  # GGUF gets ~3/4 of the time: it has far more structure
+        if kind != "gguf" and rng.random() < 0.4 and len(kinds) > 1:
+            kind = "gguf"  # GGUF gets ~3/5 of the time: it has far more structure
         if kind == "gguf":
             names = sorted(gseeds)
             # the large K-quant seeds are slower to mutate and run: pick them less often
@@ -140,6 +144,9 @@ def fuzz_mutate(args) -> int:
             seed = gseeds[names[int(rng.choice(len(names), p=w / w.sum()))]]
             data = mutate.mutate_gguf(seed, rng)
             weights = None if rng.random() < 0.8 else mutate.pick(rng, ["q8_0", "q4_0", "f32"])
+        elif kind == "hf":
+            data = mutate.mutate_hf(hseeds[mutate.pick(rng, sorted(hseeds))], rng)
+            weights = mutate.pick(rng, ["f32", "q8_0"])
         else:
             names = sorted(sseeds)
             data = mutate.mutate_safetensors(sseeds[names[int(rng.integers(len(names)))]], rng)
@@ -207,7 +214,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--runs", type=int, default=0, help="stop after this many inputs (0: time only)")
-    p.add_argument("--target", choices=["gguf", "safetensors", "all"], default="all")
+    p.add_argument("--target", choices=["gguf", "safetensors", "hf", "all"], default="all")
     p.add_argument("--engine", choices=["mutate", "atheris"], default="mutate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=20, help="seconds one input may take")

@@ -3,7 +3,8 @@
 A GGUF goes through ``rlxc.load`` (tokenizer included) and, if it loads, a forward pass of a few
 tokens (the C engine on the memory-mapped weights) and a tokenizer round trip. A safetensors
 file goes through ``rlxc.load`` of a checkpoint folder (a fixed tiny llama config.json) and a
-forward pass. rlxc.load documents ValueError for corrupt files and NotImplementedError for what
+forward pass; a folder archive (config.json, tokenizer and generation files) through ``rlxc.load``
+with its tokenizer, a forward pass and the tokenizer. rlxc.load documents ValueError for corrupt files and NotImplementedError for what
 it cannot run: those are clean; any other exception, a crash, a sanitizer report or a hang is a
 finding.
 """
@@ -58,6 +59,20 @@ def run_safetensors(folder: str, weights="f32") -> None:
     exercise(model)
 
 
+def run_hf(archive: bytes, folder: str, weights="f32") -> None:
+    """A Hugging Face folder (an :class:`formats.HFFolder` archive unpacked into ``folder``)
+    through rlxc.load, tokenizer and generation config included, then the model and tokenizer."""
+    from formats import write_folder
+    rlxc = _import()
+    os.makedirs(folder, exist_ok=True)
+    write_folder(archive, folder)
+    model = rlxc.load(folder, weights=weights, max_seq=16)
+    exercise(model)
+    tok = model.tokenizer
+    if tok is not None:
+        sorted(tok.eog_ids), tok.bos_id, tok.eos_id
+
+
 def warm_up() -> None:
     """Import everything a target may import, so forked children do not pay for it: HF folders
     go through transformers.AutoConfig, whose per-architecture modules load lazily."""
@@ -73,3 +88,7 @@ def warm_up() -> None:
         with open(os.path.join(d, "model.safetensors"), "wb") as f:
             f.write(st_seeds()["llama_f32"].to_bytes())
         rlxc.load(d, weights="f32", max_seq=16, tokenizer=False)  # no forward: no OpenMP in the parent
+    with tempfile.TemporaryDirectory() as d:
+        from formats import hf_seeds, write_folder
+        write_folder(hf_seeds()["llama_tok"].to_bytes(), d)
+        rlxc.load(d, weights="f32", max_seq=16)  # and the tokenizers package
