@@ -34,45 +34,46 @@ dimension stay float32, as do norms, biases, RoPE factors and the embedding tabl
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Literal, Mapping, overload
 
 import numpy as np
+import numpy.typing as npt
+
+from . import archs
+from ._enums import Activation, FfnType, RopeLayout
+from .archs import Arch
+from .model import Model
+
+_F32 = npt.NDArray[np.float32]
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES", "layer_fields", "layer_weights", "layer_model_fields",
-    "rope_fields", "check_supported", "model_parts", "from_hf",
+    "rope_fields", "check_supported", "validate_config", "check_config_dict", "arch_of", "model_parts", "from_hf",
 ]
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-                         "gemma4_text", "starcoder2", "phi3")
+SUPPORTED_MODEL_TYPES = archs.HF_MODEL_TYPES
 
-# Enum values of rlxc (same as csrc/rlxc.h); rlxc's IntEnums compare equal to these.
-_RMSNORM, _LAYERNORM = 0, 1
-_GATED, _STANDARD = 0, 1
-_SILU, _GELU_TANH = 0, 1
-_PREFIX, _PROPORTIONAL = 0, 1
-
-_ACTIVATIONS = {"silu": _SILU, "swish": _SILU, "gelu_pytorch_tanh": _GELU_TANH,
-                "gelu_new": _GELU_TANH}
-
-_GEMMA_FAMILY = ("gemma", "gemma2", "gemma3_text", "gemma4_text")
-_SANDWICH = ("gemma2", "gemma3_text", "gemma4_text")
-# Archs whose attention rotates the whole head (their "default" rope ignores partial_rotary_factor).
-_FULL_HEAD_ROPE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-                   "gemma4_text", "starcoder2")
+_ACTIVATIONS = {"silu": Activation.SILU, "swish": Activation.SILU, "gelu_pytorch_tanh": Activation.GELU_TANH,
+                "gelu_new": Activation.GELU_TANH}
 
 
 # ----------------------------------------------------------------------------- helpers
 
-def _model_type(config: Any) -> str:
+def arch_of(config: Any) -> Arch:
+    """The registry entry of ``config.model_type`` (NotImplementedError if rlxc has none)."""
     mt = getattr(config, "model_type", None)
-    if mt not in SUPPORTED_MODEL_TYPES:
+    arch = archs.by_hf(mt) if isinstance(mt, str) else None
+    if arch is None:
         hint = ""
         if mt in ("gemma3", "gemma4"):
             hint = f" (use the text-only {mt}_text config / ...ForCausalLM model)"
         raise NotImplementedError(f"rlxc.hf: model_type {mt!r} is not supported{hint}; "
                                   f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    return mt
+    return arch
+
+
+def _model_type(config: Any) -> str:
+    return arch_of(config).hf_type
 
 
 def _layer_config(config: Any, i: int) -> Any:
@@ -82,10 +83,10 @@ def _layer_config(config: Any, i: int) -> Any:
     return config
 
 
-def _activation(config: Any, mt: str) -> int:
-    name = config.hidden_activation if mt in ("gemma2", "gemma3_text", "gemma4_text") else config.hidden_act
+def _activation(config: Any, arch: Arch) -> Activation:
+    name = getattr(config, arch.hf_activation_attr)
     if name not in _ACTIVATIONS:
-        raise NotImplementedError(f"rlxc.hf: activation {name!r} ({mt}) is not supported; "
+        raise NotImplementedError(f"rlxc.hf: activation {name!r} ({arch.hf_type}) is not supported; "
                                   f"supported: {sorted(_ACTIVATIONS)}")
     return _ACTIVATIONS[name]
 
@@ -104,7 +105,7 @@ def _layer_type(config: Any, i: int) -> str | None:
     return lts[i] if lts is not None else None
 
 
-def _rope_params(config: Any, i: int, mt: str) -> tuple[dict, bool]:
+def _rope_params(config: Any, i: int, mt: str) -> tuple[dict[str, Any], bool]:
     """(rope parameter dict of layer i, whether the config keeps one dict per layer type)."""
     rp = config.rope_parameters
     if mt in ("gemma3_text", "gemma4_text"):
@@ -132,7 +133,7 @@ def _kv_shared_source(config: Any, i: int) -> int:
 
 # ----------------------------------------------------------------------------- RoPE
 
-def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict, np.ndarray | None]:
+def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict[str, Any], _F32 | None]:
     """RoPE of layer i: ``(fields, freq_factors)``.
 
     ``fields`` holds rope_base, rotary_dim, rope_layout, rope_attn_factor. ``freq_factors`` is the
@@ -140,34 +141,35 @@ def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict, 
     Scaled variants (linear, llama3, yarn, longrope, proportional) are re-derived here in float64
     from transformers 5.17's ``modeling_rope_utils``.
     """
-    mt = _model_type(config)
+    arch = arch_of(config)
+    mt = arch.hf_type
     lc = _layer_config(config, i)
     hd = _head_dim(lc)
     rp, layered = _rope_params(config, i, mt)
     rtype = rp.get("rope_type", rp.get("type", "default"))
     base = float(rp["rope_theta"])
     prf = float(rp.get("partial_rotary_factor", 1.0) or 1.0)
-    layout = _PREFIX
+    layout = RopeLayout.PREFIX
     attn_factor = 1.0
     factors = None
 
     if rtype == "proportional":
         angles = int(prf * hd // 2)
         rd = 2 * angles
-        layout = _PROPORTIONAL
+        layout = RopeLayout.PROPORTIONAL
         factors = np.full(angles, float(rp.get("factor", 1.0) or 1.0))
         return _rope_out(base, rd, layout, attn_factor, factors)
 
     if rtype == "default":
         # phi3's default honours partial_rotary_factor; every other arch's default ignores it.
-        dim = int(hd * prf) if mt == "phi3" else hd
+        dim = hd if arch.full_head_rope else int(hd * prf)
         return _rope_out(base, dim, layout, 1.0, None)
 
     if rtype not in ("linear", "llama3", "yarn", "longrope"):
         raise NotImplementedError(f"rlxc.hf: rope_type {rtype!r} ({mt}, layer {i}) is not supported "
                                   "(supported: default, linear, llama3, yarn, longrope, proportional)")
     dim = int(hd * prf)
-    if dim != hd and mt in _FULL_HEAD_ROPE:
+    if dim != hd and arch.full_head_rope:
         raise NotImplementedError(f"rlxc.hf: partial_rotary_factor={prf} with rope_type {rtype!r} on "
                                   f"{mt} (transformers rotates the whole head there and cannot run it)")
     k = np.arange(0, dim, 2, dtype=np.float64)
@@ -188,11 +190,8 @@ def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict, 
         new = np.where(medium, smoothed, new)
         factors = inv / new
     elif rtype == "yarn":
-        factor = rp.get("factor")
         orig = float(rp["original_max_position_embeddings"])
-        if factor is None:
-            factor = config.max_position_embeddings / orig
-        factor = float(factor)
+        factor = float(rp["factor"] if rp.get("factor") is not None else config.max_position_embeddings / orig)
         af = rp.get("attention_factor")
         mscale, mscale_all = rp.get("mscale"), rp.get("mscale_all_dim")
 
@@ -222,19 +221,17 @@ def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict, 
         new = (inv / factor) * (1 - extra) + inv * extra
         factors = inv / new
     else:  # longrope
-        orig = int(rp["original_max_position_embeddings"])
+        orig_len = int(rp["original_max_position_embeddings"])
         short, long_ = rp["short_factor"], rp["long_factor"]
-        if max_seq is not None and max_seq > orig and list(short) != list(long_):
+        if max_seq is not None and max_seq > orig_len and list(short) != list(long_):
             raise NotImplementedError(
                 f"rlxc.hf: longrope ({mt}) with max_seq={max_seq} > original_max_position_embeddings="
-                f"{orig}: transformers switches from short_factor to long_factor past {orig} tokens; "
-                f"rlxc keeps one factor set per layer. Use max_seq <= {orig}.")
-        factor = rp.get("factor")
-        if factor is None:
-            factor = config.max_position_embeddings / orig
+                f"{orig_len}: transformers switches from short_factor to long_factor past {orig_len} tokens; "
+                f"rlxc keeps one factor set per layer. Use max_seq <= {orig_len}.")
+        factor = rp["factor"] if rp.get("factor") is not None else config.max_position_embeddings / orig_len
         af = rp.get("attention_factor")
         if af is None:
-            af = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+            af = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig_len))
         attn_factor = float(af)
         factors = np.asarray(short, dtype=np.float64)
         if factors.shape != (dim // 2,):
@@ -243,7 +240,7 @@ def rope_fields(config: Any, i: int, max_seq: int | None = None) -> tuple[dict, 
 
 
 def _rope_out(base: float, rd: int, layout: int, attn_factor: float,
-              factors: np.ndarray | None) -> tuple[dict, np.ndarray | None]:
+              factors: npt.NDArray[np.float64] | None) -> tuple[dict[str, Any], _F32 | None]:
     if factors is not None and np.all(factors == 1.0):
         factors = None
     f = dict(rope_base=base, rotary_dim=int(rd), rope_layout=layout, rope_attn_factor=float(attn_factor))
@@ -260,6 +257,12 @@ def _shown(v: Any) -> str:
     return f"{type(v).__name__} {v!r:.60}"
 
 
+@overload
+def config_int(obj: Any, name: str, source: str, lo: int = 1, hi: int = _MAX_DIM, optional: Literal[False] = False,
+               where: str = "") -> int: ...
+@overload
+def config_int(obj: Any, name: str, source: str, lo: int = 1, hi: int = _MAX_DIM, *, optional: bool,
+               where: str = "") -> int | None: ...
 def config_int(obj: Any, name: str, source: str, lo: int = 1, hi: int = _MAX_DIM, optional: bool = False,
                where: str = "") -> int | None:
     """Attribute (or, for a dict, key) ``name`` of a config checked to be an int in ``[lo, hi]``
@@ -275,6 +278,12 @@ def config_int(obj: Any, name: str, source: str, lo: int = 1, hi: int = _MAX_DIM
     return int(v)
 
 
+@overload
+def config_float(obj: Any, name: str, source: str, lo: float = 0.0, positive: bool = False,
+                 optional: Literal[False] = False, where: str = "") -> float: ...
+@overload
+def config_float(obj: Any, name: str, source: str, lo: float = 0.0, positive: bool = False, *, optional: bool,
+                 where: str = "") -> float | None: ...
 def config_float(obj: Any, name: str, source: str, lo: float = 0.0, positive: bool = False, optional: bool = False,
                  where: str = "") -> float | None:
     """Attribute (or, for a dict, key) ``name`` checked to be a finite number >= ``lo`` (> ``lo``
@@ -282,11 +291,11 @@ def config_float(obj: Any, name: str, source: str, lo: float = 0.0, positive: bo
     v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
     if v is None and optional:
         return None
-    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-    if not ok or not math.isfinite(v) or v < lo or (positive and v == lo):
+    x = float(v) if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) else math.nan
+    if not math.isfinite(x) or x < lo or (positive and x == lo):
         raise ValueError(f"{source}: field {where + name!r} is {_shown(v)}, expected "
                          f"{'None or ' if optional else ''}a finite number {'>' if positive else '>='} {lo:g}")
-    return float(v)
+    return x
 
 
 # dimension fields -> their least value (head_dim 0: derived from hidden_size, as transformers does)
@@ -320,7 +329,7 @@ def validate_config(config: Any, source: str = "config") -> None:
     config_int(config, "max_position_embeddings", source, optional=True)
     for name in ("num_local_experts", "num_experts", "pretraining_tp"):
         config_int(config, name, source, lo=0, optional=True)
-    config_float(config, "norm_epsilon" if mt == "starcoder2" else "rms_norm_eps", source)
+    config_float(config, arch_of(config).eps_attr, source)
     for name in ("attn_logit_softcapping", "final_logit_softcapping"):
         config_float(config, name, source, optional=True)
     if mt in ("gemma2", "gemma3_text"):
@@ -402,19 +411,20 @@ def check_supported(config: Any, max_seq: int | None = None, source: str = "conf
     for key in ("num_local_experts", "num_experts"):
         if (getattr(config, key, None) or 0) > 0 and mt != "gemma4_text":
             raise NotImplementedError(f"rlxc.hf: {mt} {key} (mixture of experts)")
-    _activation(config, mt)
+    _activation(config, arch_of(config))
     for i in range(config.num_hidden_layers):
         rope_fields(config, i, max_seq)
-        _sliding(config, i, mt)
+        _sliding(config, i, arch_of(config))
     if mt == "gemma4_text":
         for i in range(config.num_hidden_layers):
             _kv_shared_source(config, i)
 
 
-def _sliding(config: Any, i: int, mt: str) -> int:
-    if mt in ("llama", "gemma"):
+def _sliding(config: Any, i: int, arch: Arch) -> int:
+    mt = arch.hf_type
+    if arch.hf_sliding == "none":
         return 0
-    if mt in ("mistral", "starcoder2", "phi3"):
+    if arch.hf_sliding == "config":
         w = getattr(config, "sliding_window", None)
         return int(w) if w else 0
     lt = _layer_type(config, i)
@@ -437,68 +447,47 @@ def layer_fields(config: Any, i: int, max_seq: int | None = None) -> dict[str, A
     ``layer_scalar`` is 1 here; Gemma 4 keeps the real value in a checkpoint buffer, which
     :func:`layer_model_fields` reads. Raises NotImplementedError for unsupported configs.
     """
-    mt = _model_type(config)
+    arch = arch_of(config)
+    mt = arch.hf_type
     rope, _ = rope_fields(config, i, max_seq)  # raises on unsupported RoPE
     if not 0 <= i < config.num_hidden_layers:
         raise IndexError(f"layer {i} out of range (num_hidden_layers={config.num_hidden_layers})")
     lc = _layer_config(config, i)
-    if mt != "gemma4_text" and lc is not config:
+    if not arch.gemma4 and lc is not config:
         raise NotImplementedError(f"rlxc.hf: heterogeneous per_layer_config on {mt}")
     hd = _head_dim(lc)
     nq = int(lc.num_attention_heads)
     nkv = _num_kv_heads(lc)
     H = int(config.hidden_size)
     inter = int(lc.intermediate_size)
+    if arch.hf_attn_scale == "query_pre_attn_scalar":
+        attn_scale = float(config.query_pre_attn_scalar) ** -0.5
+    else:
+        attn_scale = 1.0 if arch.hf_attn_scale == "one" else hd ** -0.5
     f: dict[str, Any] = dict(
-        eps=float(config.norm_epsilon if mt == "starcoder2" else config.rms_norm_eps),
-        attn_scale=hd ** -0.5, head_dim=hd, num_q_heads=nq, num_kv_heads=nkv,
-        sliding_window=_sliding(config, i, mt), has_v_norm=0, layer_scalar=1.0,
-        norm_type=_RMSNORM, ffn_type=_GATED, activation=_activation(config, mt),
-        qk_norm_offset=0.0, input_norm_bias=0, post_attn_norm_bias=0, ffn_up_bias=0,
-        ffn_down_bias=0, hidden_size=H, intermediate_size=inter, norm_offset=0.0, qkv_bias=0,
-        o_bias=0, has_qk_norm=0, sandwich_norm=0, attn_softcap=0.0, v_from_k=0,
+        eps=float(getattr(config, arch.eps_attr)), attn_scale=attn_scale, head_dim=hd, num_q_heads=nq,
+        num_kv_heads=nkv, sliding_window=_sliding(config, i, arch), has_v_norm=0, layer_scalar=1.0,
+        norm_type=arch.norm_type, ffn_type=arch.ffn_type, activation=_activation(config, arch),
+        qk_norm_offset=1.0 if arch.qk_norms_plus_one else 0.0, input_norm_bias=0, post_attn_norm_bias=0,
+        ffn_up_bias=0, ffn_down_bias=0, hidden_size=H, intermediate_size=inter,
+        norm_offset=1.0 if arch.norms_plus_one else 0.0, qkv_bias=0, o_bias=0, has_qk_norm=int(arch.qk_norm),
+        sandwich_norm=int(arch.sandwich_norm),
+        attn_softcap=float(config.attn_logit_softcapping or 0.0) if arch.attn_softcap else 0.0, v_from_k=0,
         kv_shared_from=-1, ple_dim=0,
     )
     f.update(rope)
-
-    if mt == "llama":
-        f["qkv_bias"] = f["o_bias"] = int(bool(config.attention_bias))
-        f["ffn_up_bias"] = f["ffn_down_bias"] = int(bool(config.mlp_bias))
-    elif mt == "qwen2":
-        f["qkv_bias"] = 1
-    elif mt == "qwen3":
-        f["qkv_bias"] = f["o_bias"] = int(bool(config.attention_bias))
-        f["has_qk_norm"] = 1
-    elif mt == "starcoder2":
-        ub = int(bool(config.use_bias))
-        f.update(norm_type=_LAYERNORM, ffn_type=_STANDARD, input_norm_bias=1, post_attn_norm_bias=1,
-                 qkv_bias=ub, o_bias=ub, ffn_up_bias=ub, ffn_down_bias=ub)
-    elif mt in _GEMMA_FAMILY:
-        f["qkv_bias"] = f["o_bias"] = int(bool(config.attention_bias))
-        if mt != "gemma4_text":
-            f["norm_offset"] = 1.0
-        if mt in _SANDWICH:
-            f["sandwich_norm"] = 1
-        if mt in ("gemma2", "gemma3_text"):
-            f["attn_scale"] = float(config.query_pre_attn_scalar) ** -0.5
-        if mt == "gemma2":
-            f["attn_softcap"] = float(config.attn_logit_softcapping or 0.0)
-        if mt == "gemma3_text":
-            f["has_qk_norm"] = 1
-            f["qk_norm_offset"] = 1.0
-        if mt == "gemma4_text":
-            f["attn_scale"] = 1.0
-            f["has_qk_norm"] = 1
-            src = _kv_shared_source(config, i)
-            f["kv_shared_from"] = src
-            f["has_v_norm"] = int(src < 0)
-            full = config.layer_types[i] == "full_attention"
-            f["v_from_k"] = int(bool(config.attention_k_eq_v) and full and src < 0)
-            L, n_sh = config.num_hidden_layers, int(config.num_kv_shared_layers or 0)
-            if config.use_double_wide_mlp and i >= L - n_sh > 0:
-                f["intermediate_size"] = 2 * inter
-            f["ple_dim"] = int(config.hidden_size_per_layer_input or 0)
-    # mistral, phi3: plain fields
+    for bias, attr in arch.hf_biases.items():  # an attribute of the config, or 1
+        f[bias] = int(bool(getattr(config, attr))) if isinstance(attr, str) else attr
+    if arch.gemma4:
+        src = _kv_shared_source(config, i)
+        f["kv_shared_from"] = src
+        f["has_v_norm"] = int(src < 0)
+        full = config.layer_types[i] == "full_attention"
+        f["v_from_k"] = int(bool(config.attention_k_eq_v) and full and src < 0)
+        L, n_sh = config.num_hidden_layers, int(config.num_kv_shared_layers or 0)
+        if config.use_double_wide_mlp and i >= L - n_sh > 0:
+            f["intermediate_size"] = 2 * inter
+        f["ple_dim"] = int(config.hidden_size_per_layer_input or 0)
     return f
 
 
@@ -525,18 +514,18 @@ def _decoder(model: Any) -> Any:
     return base
 
 
-def _np(t: Any) -> np.ndarray:
-    return t.detach().to(device="cpu").float().numpy().astype(np.float32, copy=True)
+def _np(t: Any) -> _F32:
+    return np.array(t.detach().to(device="cpu").float().numpy(), np.float32)
 
 
 def layer_weights(model: Any, i: int) -> dict[str, np.ndarray]:
     """Weights of layer ``i`` as float32 arrays under rlxc slot names (matrices ``[out, in]``)."""
     config = model.config
-    mt = _model_type(config)
+    arch = arch_of(config)
     layer = _decoder(model).layers[i]
     at = layer.self_attn
     f = layer_fields(config, i)
-    w: dict[str, np.ndarray] = {}
+    w: dict[str, npt.NDArray[np.float32]] = {}
 
     def lin(slot: str, mod: Any) -> None:
         w[slot] = _np(mod.weight)
@@ -549,17 +538,14 @@ def layer_weights(model: Any, i: int) -> dict[str, np.ndarray]:
             w[slot + ".bias"] = _np(mod.bias)
 
     norm("attn_norm", layer.input_layernorm)
-    if mt == "phi3":
-        hd, nq, nkv = f["head_dim"], f["num_q_heads"], f["num_kv_heads"]
-        qkv = _np(at.qkv_proj.weight)
-        w["q_proj"] = qkv[: nq * hd].copy()
-        w["k_proj"] = qkv[nq * hd: (nq + nkv) * hd].copy()
-        w["v_proj"] = qkv[(nq + nkv) * hd:].copy()
+    if arch.fused:
+        qkv = archs.split_qkv(_np(at.qkv_proj.weight), f["num_q_heads"], f["num_kv_heads"], f["head_dim"],
+                              f"layer {i} self_attn.qkv_proj.weight")
+        w["q_proj"], w["k_proj"], w["v_proj"] = (x.copy() for x in qkv)
         lin("o_proj", at.o_proj)
-        gu = _np(layer.mlp.gate_up_proj.weight)
-        inter = gu.shape[0] // 2
-        w["gate_proj"] = gu[:inter].copy()
-        w["up_proj"] = gu[inter:].copy()
+        gate_up = archs.split_gate_up(_np(layer.mlp.gate_up_proj.weight), f["intermediate_size"],
+                                      f"layer {i} mlp.gate_up_proj.weight")
+        w["gate_proj"], w["up_proj"] = (x.copy() for x in gate_up)
         lin("down_proj", layer.mlp.down_proj)
     else:
         lin("q_proj", at.q_proj)
@@ -568,7 +554,7 @@ def layer_weights(model: Any, i: int) -> dict[str, np.ndarray]:
             if not f["v_from_k"]:
                 lin("v_proj", at.v_proj)
         lin("o_proj", at.o_proj)
-        if mt == "starcoder2":
+        if arch.ffn_type == FfnType.STANDARD:  # StarCoder 2's c_fc / c_proj
             lin("up_proj", layer.mlp.c_fc)
             lin("down_proj", layer.mlp.c_proj)
         else:
@@ -602,49 +588,40 @@ def model_parts(model: Any) -> dict[str, Any]:
     import torch
 
     config = model.config
-    mt = _model_type(config)
+    arch = arch_of(config)
     base = _decoder(model)
     emb = base.embed_tokens.weight
-    parts: dict[str, Any] = {"model_type": mt}
-    parts["embed"] = _np(emb)
-    # Gemma: embeddings * sqrt(hidden), the scalar rounded to the weight dtype first.
-    parts["embed_scale"] = (float(torch.tensor(config.hidden_size ** 0.5).to(emb.dtype))
-                            if mt in _GEMMA_FAMILY else 1.0)
     head = getattr(model, "lm_head", None)
     if head is None:
         raise NotImplementedError(f"rlxc.hf: {type(model).__name__} has no lm_head")
     if getattr(head, "bias", None) is not None:
         raise NotImplementedError("rlxc.hf: lm_head with bias")
-    parts["tied"] = head.weight.data_ptr() == emb.data_ptr() and head.weight.shape == emb.shape
-    parts["lm_head"] = None if parts["tied"] else _np(head.weight)
+    tied = head.weight.data_ptr() == emb.data_ptr() and head.weight.shape == emb.shape
     norm = base.norm
-    parts["norm_type"] = _LAYERNORM if mt == "starcoder2" else _RMSNORM
-    parts["norm_weight"] = _np(norm.weight)
-    parts["norm_bias"] = _np(norm.bias) if getattr(norm, "bias", None) is not None else None
-    parts["norm_eps"] = float(config.norm_epsilon if mt == "starcoder2" else config.rms_norm_eps)
-    parts["norm_offset"] = 1.0 if mt in ("gemma", "gemma2", "gemma3_text") else 0.0
-    cap = getattr(config, "final_logit_softcapping", None) if mt in _SANDWICH else None
-    parts["final_softcap"] = float(cap or 0.0)
-    parts["ple"] = None
-    if mt == "gemma4_text" and config.hidden_size_per_layer_input:
-        P = int(config.hidden_size_per_layer_input)
+
+    def in_dtype(dtype: Any) -> Callable[[float], float]:
+        """Gemma: embeddings * sqrt(dim), the scalar rounded to the weight dtype first."""
+        return lambda v: float(torch.tensor(v).to(dtype))
+
+    parts: dict[str, Any] = dict(
+        model_type=arch.hf_type, embed=_np(emb), tied=tied, lm_head=None if tied else _np(head.weight),
+        norm_weight=_np(norm.weight), norm_bias=_np(norm.bias) if getattr(norm, "bias", None) is not None else None,
+        ple=None,
+        **archs.model_parts(arch, config.hidden_size, eps=getattr(config, arch.eps_attr), gguf=False,
+                            final_softcap=getattr(config, "final_logit_softcapping", None) if arch.hf_final_softcap
+                            else 0.0, round_scale=in_dtype(emb.dtype)))
+    if arch.gemma4 and config.hidden_size_per_layer_input:
         et = base.embed_tokens_per_layer.weight
-        parts["ple"] = dict(
-            embed=_np(et),
-            embed_scale=float(torch.tensor(P ** 0.5).to(et.dtype)),
-            proj=_np(base.per_layer_model_projection.weight),
-            proj_scale=float(config.hidden_size) ** -0.5,
-            norm=_np(base.per_layer_projection_norm.weight),
-            eps=float(config.rms_norm_eps),
-            input_scale=2.0 ** -0.5,
-            num_layers=int(config.num_hidden_layers),
-            dim=P,
-        )
+        parts["ple"] = archs.ple_parts(
+            embed=_np(et), proj=_np(base.per_layer_model_projection.weight),
+            norm=_np(base.per_layer_projection_norm.weight), hidden=config.hidden_size,
+            dim=config.hidden_size_per_layer_input, num_layers=config.num_hidden_layers, eps=config.rms_norm_eps,
+            gguf=False, round_scale=in_dtype(et.dtype))
     return parts
 
 
 def from_hf(model: Any, weights: str = "f32", threads: int | None = None,
-            max_seq: int | None = None, activations: str = "q8") -> "Model":
+            max_seq: int | None = None, activations: str = "q8") -> Model:
     """Build an :class:`rlxc.Model` from a transformers ``...ForCausalLM``.
 
     ``weights``: "f32", "q4_0" or "q8_0" (matrices with in-dim % 32 == 0 and the lm_head are
@@ -653,8 +630,6 @@ def from_hf(model: Any, weights: str = "f32", threads: int | None = None,
     quantized matrices meet the activations (:attr:`rlxc.Model.activations`). Raises NotImplementedError for unsupported
     model types or config features, before building anything.
     """
-    from .model import Model
-
     if weights not in ("f32", "q4_0", "q8_0"):
         raise ValueError(f"weights must be 'f32', 'q4_0' or 'q8_0', got {weights!r}")
     config = model.config

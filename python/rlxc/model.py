@@ -19,9 +19,10 @@ from typing import Any, Iterable, Literal, Mapping, Sequence, cast
 
 import numpy as np
 
-from . import ops
+from . import archs, ops
 from ._layer import Layer, Pipeline
 from .generate import generate, token_ids
+from .wtypes import dequantize
 
 __all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix"]
 
@@ -32,10 +33,11 @@ MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 _WTYPES = ("f32", "q4_0", "q8_0")
 _ACTIVATIONS: dict[str, Literal["q8", "f32"]] = {"q8": "q8", "f32": "f32"}
 
-# transformers model_type -> GGUF architecture name (for rlxc.save)
-_GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
-              "gemma2": "gemma2", "gemma3_text": "gemma3", "gemma4_text": "gemma4", "starcoder2": "starcoder2",
-              "phi3": "phi3"}
+
+def _gguf_arch(model_type: Any) -> str | None:
+    """The GGUF architecture of a transformers model_type (what rlxc.save writes), or None."""
+    arch = archs.by_hf(model_type)
+    return arch.gguf if arch is not None else None
 
 
 def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
@@ -75,7 +77,6 @@ class QuantMatrix:
         return int(self.data.shape[0])
 
     def __getitem__(self, ids: Any) -> np.ndarray:
-        from .loaders import dequantize
         if isinstance(ids, (int, np.integer)):
             return np.asarray(dequantize(self.data[int(ids)][None, :], self.wtype, self.cols)[0], np.float32)
         rows = self.data[np.asarray(ids).reshape(-1)] if not isinstance(ids, slice) else self.data[ids]
@@ -86,7 +87,6 @@ class QuantMatrix:
 
     def dequantize(self) -> np.ndarray:
         """The whole matrix as float32 ``[rows, cols]`` (a copy)."""
-        from .loaders import dequantize
         return dequantize(self.data, self.wtype, self.cols)
 
     def __repr__(self) -> str:
@@ -156,6 +156,9 @@ class Model:
         self.arch = arch
         self.tokenizer: Any = tokenizer
         self.metadata: dict[str, Any] = dict(metadata or {})
+        #: the GGUF file a model loaded from one reads its weights from (kept alive here; its
+        #: tokenizer keys are what rlxc.save writes back)
+        self._gguf: Any = None
         if lm_head is None and isinstance(self.embed, QuantMatrix):
             lm_head = self.embed
         self.lm_head_type: str
@@ -232,7 +235,7 @@ class Model:
                    norm_eps=parts.get("norm_eps", 1e-6), norm_offset=parts.get("norm_offset", 0.0),
                    final_softcap=parts.get("final_softcap", 0.0), ple=parts.get("ple"),
                    max_seq=max_seq, threads=threads, activations=activations, name=name, layer_wtypes=wtypes,
-                   arch=parts.get("arch") or _GGUF_ARCH.get(parts.get("model_type", "")))
+                   arch=parts.get("arch") or _gguf_arch(parts.get("model_type")))
 
     # ------------------------------------------------------------------ pipeline
     @property

@@ -34,7 +34,8 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from .loaders import gguf_meta, read_gguf
+from ._files import read_json_object
+from .gguf import gguf_meta, read_gguf
 
 __all__ = ["Tokenizer", "SPMTokenizer", "BPETokenizer", "HFTokenizer", "from_gguf_metadata", "from_folder", "load",
            "StreamDecoder", "Decoder", "ChatTemplateError", "CHAT_TEMPLATE_TIME_LIMIT", "CHAT_TEMPLATE_MAX_CHARS",
@@ -845,16 +846,8 @@ class _PrefixDecoder:
 
 
 def _read_json(path: str) -> dict[str, Any]:
-    if not os.path.exists(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{path}: not valid JSON ({type(e).__name__}: {e})") from None
-    if not isinstance(d, dict):
-        raise ValueError(f"{path}: not a JSON object ({type(d).__name__})")
-    return d
+    """A JSON object file of a Hugging Face folder ({} when the file is absent)."""
+    return read_json_object(path, missing_ok=True)
 
 
 # The fields of a folder's JSON files that the tokenizer reads: a value of another type raises a

@@ -15,7 +15,7 @@ exercises; ``EXPECT`` says what must happen:
           misaligned or non-finite data
 
 ``KNOWN_BUGS`` are inputs the fuzzer found that currently raise an undocumented exception
-(TypeError, IndexError, ...) in python/rlxc/loaders.py or tokenizer.py; the regression test marks
+(TypeError, IndexError, ...) in the loaders (python/rlxc/gguf*.py, hf_folder.py, ...) or tokenizer.py; the test marks
 them xfail with the exception seen, until the loaders validate these fields.
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
-from formats import (ARR, BOOL, F32, GGUF, I32, I64, KV, STR, U8, U32, U64, Safetensors, Tensor,  # noqa: E402
+from formats import (ARR, BOOL, F32, GGUF, I32, I64, KV, STR, U8, U32, U64, HFFolder, Safetensors, Tensor,  # noqa: E402
                      hf_seeds, make_safetensors, make_seed, tensor_bytes)
 
 RECIPES: dict[str, tuple[str, object]] = {}  # file name -> (expect, () -> bytes)
