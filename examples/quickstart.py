@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     info = rlxc.cpu_info()
     print(f"rlxc {rlxc.__version__} on {rlxc.get_isa()} kernels ({info['default_threads']} threads by default)")
     w: F32 = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)
-    back = rlxc.ops.dequantize_q4_0(rlxc.ops.quantize_q4_0(w))
+    back = rlxc.ops.dequantize(rlxc.ops.quantize_q4_0(w), "q4_0", w.shape[1])
     print(f"q4_0 round trip: max error {float(np.max(np.abs(back - w))):.3f}")
     layers = layers_and_pipeline()
     model_and_generation(layers)

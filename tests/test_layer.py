@@ -306,7 +306,7 @@ def test_raw_and_view_weights_hold_the_exact_bytes_and_their_owner():
     viewed.set_weight_view("q_proj", b, 64, "q4_0")
     assert sys.getrefcount(b) == base + 1          # the layer keeps the owner alive
     np.testing.assert_array_equal(viewed.weight_raw("q_proj"), b)
-    np.testing.assert_array_equal(copied.weight("q_proj"), rlxc.ops.dequantize_q4_0(b))
+    np.testing.assert_array_equal(copied.weight("q_proj"), rlxc.ops.dequantize(b, "q4_0", 64))
     viewed.set_weight("q_proj", w)                 # replacing the slot releases the view
     assert sys.getrefcount(b) == base
     with pytest.raises(ValueError, match="bytes per row"):

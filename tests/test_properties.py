@@ -490,8 +490,6 @@ def f32(*shape):
 OPS = {
     "quantize_q4_0": (dict(w=f32(2, 64)), {"w": ("f32",)}),
     "quantize_q8_0": (dict(w=f32(2, 64)), {"w": ("f32",)}),
-    "dequantize_q4_0": (dict(b=np.zeros((2, 36), np.uint8)), {"b": ("u8",)}),
-    "dequantize_q8_0": (dict(b=np.zeros((2, 68), np.uint8)), {"b": ("u8",)}),
     "dequantize": (dict(b=np.zeros((2, 36), np.uint8), wtype="q4_0", cols=64),
                    {"b": ("u8",), "wtype": "str", "cols": "int"}),
     "matmul": (dict(x=f32(3, 64), w=f32(5, 64), wtype="f32", threads=1),
