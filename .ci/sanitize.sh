@@ -76,6 +76,12 @@ step "pytest under ASan + UBSan"
     || { check_reports; exit 1; }
 check_reports
 
+step "the C model test (tests/test_model.c) under ASan + UBSan"
+# the whole-model engine from plain C, on every ISA here, 1 to 7 threads
+OUT="$OUT/model_test" EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all" \
+    bash tests/build_kernel_test.sh --no-run > "$OUT/model_build.log" 2>&1 || { cat "$OUT/model_build.log"; exit 1; }
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" "$OUT/model_test/test_model" || exit 1
+
 if [ "$FUZZ_SECONDS" != 0 ]; then
     step "loader fuzzing under ASan + UBSan for ${FUZZ_SECONDS}s"
     # --fail-on crash: memory errors, aborts and hangs fail the step; undocumented Python

@@ -1,10 +1,9 @@
-/* The one matrix product of the engine: any weight type, any T, rows of W split
- * across OpenMP threads in contiguous ranges. */
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+/* The matrix products of the engine: any weight type, any T, as stages of a thread team
+ * (team.h). The activations of a stage are prepared once, quantized by the whole team to each
+ * activation format its weights take; then each thread multiplies its own rows of every weight. */
+#include <string.h>
+#include "engine.h"
 #include "kernels.h"
-#include "rlxc.h"
 
 /* Rows the f32-activation path dequantizes at a time: one AVX-512 f32 panel, and a multiple
  * of what every f32 kernel tiles rows by. */
@@ -24,71 +23,136 @@ static size_t x_row_bytes(const rlxc_wtype_kernels *k, int K) {
     return k->quantize_x ? (size_t)(K / k->x_block) * k->x_block_bytes : 0;
 }
 
-size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads, rlxc_act act) {
-    if (act == RLXC_ACT_Q8) { /* the widest activation blocks of any weight type */
-        size_t most = 0;
-        for (int t = 0; t < RLXC_WTYPE_IDS; t++) {
-            const size_t b = x_row_bytes(kernels_of((rlxc_wtype)t), cols);
-            most = b > most ? b : most;
-        }
-        return (size_t)T * most;
+size_t rlxc_xin_scratch_bytes(int K, int T) {
+    size_t most = 0; /* the widest activation blocks of any weight type, for each format slot */
+    for (int t = 0; t < RLXC_WTYPE_IDS; t++) {
+        const size_t b = x_row_bytes(kernels_of((rlxc_wtype)t), K);
+        most = b > most ? b : most;
     }
-    /* decode takes the fused matvecs, which need no scratch */
-    return T > 1 ? (size_t)(n_threads > 1 ? n_threads : 1) * DQ_ROWS * (size_t)cols * sizeof(float) : 0;
+    return RLXC_X_FORMATS * (size_t)T * most;
 }
 
-/* Rows [n0, n1) of y = x W^T; xa is x itself for float activations, else x quantized. With
- * dequantize (block-quantized rows meeting float activations) decode takes the fused matvecs,
- * more tokens the f32 GEMM on rows dequantized DQ_ROWS at a time into dq. */
-static void linear_rows(float *y, const rlxc_weight *w, const void *xa, int T, int n0, int n1, int dequantize,
-                        float *dq) {
+size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act) {
+    /* decode takes the fused matvecs, which need no scratch */
+    return act == RLXC_ACT_F32 && T > 1 ? (size_t)DQ_ROWS * K : 0;
+}
+
+size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads, rlxc_act act) {
+    return rlxc_xin_scratch_bytes(cols, T) +
+           (size_t)(n_threads > 1 ? n_threads : 1) * rlxc_dq_scratch_floats(cols, T, act) * sizeof(float);
+}
+
+void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, int K,
+                      const rlxc_weight *const *ws, int n, rlxc_act act, void *scratch) {
+    memset(in, 0, sizeof *in);
+    in->x = x, in->T = T, in->K = K, in->act = act;
+    if (act != RLXC_ACT_Q8) return;
+    const size_t slot_bytes = rlxc_xin_scratch_bytes(K, T) / RLXC_X_FORMATS;
+    for (int i = 0; i < n; i++) {
+        const rlxc_wtype_kernels *k = kernels_of(ws[i]->type);
+        if (!k->quantize_x) continue;
+        int f = 0;
+        while (f < in->n_fmt && in->fmt[f] != k->quantize_x) f++;
+        if (f < in->n_fmt) continue;
+        /* RLXC_X_FORMATS covers every distinct quantize_x of a table (Q8_0 and Q8_K) */
+        in->fmt[f] = k->quantize_x, in->x_block[f] = k->x_block, in->row_bytes[f] = x_row_bytes(k, K);
+        in->block_bytes[f] = k->x_block_bytes;
+        in->q[f] = (char *)scratch + f * slot_bytes;
+        in->n_fmt++;
+    }
+    /* Blocks are quantized independently, so a token's row may be cut between threads. */
+    for (int f = 0; f < in->n_fmt; f++) {
+        const size_t nb = (size_t)K / in->x_block[f];
+        size_t a, b;
+        rlxc_team_share(tm, (size_t)T * nb, 1, &a, &b);
+        while (a < b) {
+            const size_t t = a / nb, b0 = a - t * nb, b1 = (t + 1) * nb < b ? nb : b - t * nb;
+            in->fmt[f]((char *)in->q[f] + t * in->row_bytes[f] + b0 * in->block_bytes[f],
+                       x + t * (size_t)K + b0 * in->x_block[f], (int)((b1 - b0) * in->x_block[f]));
+            a = t * nb + b1;
+        }
+    }
+    if (in->n_fmt) rlxc_team_sync(tm);
+}
+
+/* The activations w's products take: its quantized slot, or the float rows. */
+static const void *xin_for(const rlxc_xin *in, const rlxc_wtype_kernels *k) {
+    for (int f = 0; f < in->n_fmt; f++)
+        if (in->fmt[f] == k->quantize_x) return in->q[f];
+    return in->x;
+}
+
+void rlxc_linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, const rlxc_xin *in, int r0, int r1,
+                      float *dq) {
     const rlxc_wtype_kernels *k = kernels_of(w->type);
-    const int N = w->rows, K = w->cols, n = n1 - n0;
+    const int N = w->rows, K = w->cols, n = r1 - r0, T = in->T;
     if (n <= 0) return;
+    /* RLXC_ACT_F32 takes float activations; block-quantized rows are dequantized for them */
+    const int dequantize = in->act == RLXC_ACT_F32 && k->dequantize;
+    const void *xa = xin_for(in, k);
     const size_t rb = rlxc_wtype_row_bytes(w->type, K);
-    const void *wo = (const char *)w->data + (size_t)n0 * rb;
+    const void *wo = (const char *)w->data + (size_t)r0 * rb;
     if (dequantize && T == 1) {
-        k->matvec_fx(y + n0, wo, xa, n, K);
+        k->matvec_fx(y + r0, wo, xa, n, K);
     } else if (dequantize) {
-        for (int r0 = n0; r0 < n1; r0 += DQ_ROWS) {
-            const int r = n1 - r0 < DQ_ROWS ? n1 - r0 : DQ_ROWS;
+        for (int q0 = r0; q0 < r1; q0 += DQ_ROWS) {
+            const int r = r1 - q0 < DQ_ROWS ? r1 - q0 : DQ_ROWS;
             for (int i = 0; i < r; i++)
-                k->dequantize(dq + (size_t)i * K, (const char *)w->data + (size_t)(r0 + i) * rb, K);
-            kernels_of(RLXC_F32)->matmul(y + r0, N, dq, xa, r, K, T);
+                k->dequantize(dq + (size_t)i * K, (const char *)w->data + (size_t)(q0 + i) * rb, K);
+            kernels_of(RLXC_F32)->matmul(y + q0, N, dq, xa, r, K, T);
         }
     } else if (T == 1) {
-        k->matvec(y + n0, wo, xa, n, K);
+        k->matvec(y + r0, wo, xa, n, K);
     } else {
-        k->matmul(y + n0, N, wo, xa, n, K, T);
+        k->matmul(y + r0, N, wo, xa, n, K, T);
     }
+    if (bias && bias->data)
+        for (int t = 0; t < T; t++)
+            rlxc_kernels_active()->add(y + (size_t)t * N + r0, (const float *)bias->data + r0, n);
+}
+
+void rlxc_linear_share(const rlxc_team *tm, int N, int *r0, int *r1) {
+    size_t a, b;
+    /* multiples of 16 so that the 16-row SIMD tiles stay whole (the AVX-512 GEMMs' 32- and
+     * 48-row tiles may end in a partial one per thread) */
+    rlxc_team_share(tm, (size_t)N, 16, &a, &b);
+    *r0 = (int)a, *r1 = (int)b;
+}
+
+void rlxc_linear_team(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq) {
+    /* the products' rows as one range, so that small ones (K, V) do not idle threads */
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)ps[i].w->rows;
+    size_t a, b, off = 0;
+    rlxc_team_share(tm, total, 16, &a, &b);
+    for (int i = 0; i < n && off < b; off += (size_t)ps[i].w->rows, i++) {
+        const size_t N = (size_t)ps[i].w->rows;
+        const size_t r0 = a > off ? a - off : 0, r1 = b - off < N ? b - off : N;
+        if (r0 < r1) rlxc_linear_rows(ps[i].y, ps[i].w, ps[i].bias, in, (int)r0, (int)r1, dq);
+    }
+}
+
+typedef struct {
+    float *y;
+    const rlxc_weight *w;
+    const float *x;
+    int T;
+    void *scratch;
+    rlxc_act act;
+} linear_call;
+
+static void linear_stage(const rlxc_team *tm, void *arg) {
+    const linear_call *c = arg;
+    rlxc_xin in;
+    rlxc_xin_prepare(tm, &in, c->x, c->T, c->w->cols, &c->w, 1, c->act, c->scratch);
+    float *dq = (float *)((char *)c->scratch + rlxc_xin_scratch_bytes(c->w->cols, c->T)) +
+                (size_t)tm->ith * rlxc_dq_scratch_floats(c->w->cols, c->T, c->act);
+    int r0, r1;
+    rlxc_linear_share(tm, c->w->rows, &r0, &r1);
+    rlxc_linear_rows(c->y, c->w, NULL, &in, r0, r1, dq);
 }
 
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *scratch, rlxc_act act) {
-    const rlxc_wtype_kernels *k = kernels_of(w->type);
-    const int N = w->rows, K = w->cols;
-    /* RLXC_ACT_Q8 quantizes x for the block types; RLXC_ACT_F32 dequantizes their rows instead */
-    const int quantize = act == RLXC_ACT_Q8 && k->quantize_x, dequantize = act == RLXC_ACT_F32 && k->dequantize;
-    const size_t xrow = x_row_bytes(k, K);
-    for (int t = 0; t < T && quantize; t++) k->quantize_x((char *)scratch + (size_t)t * xrow, x + (size_t)t * K, K);
-    const void *xa = quantize ? scratch : (const void *)x;
-    const int nth = rlxc_threads_usable(n_threads < N ? n_threads : N);
-    if (nth == 1) {
-        linear_rows(y, w, xa, T, 0, N, dequantize, scratch);
-        return;
-    }
-#pragma omp parallel num_threads(nth)
-    {
-#ifdef _OPENMP
-        const int ith = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-        const int ith = 0, nt = 1;
-#endif
-        /* contiguous row ranges, multiples of 16 so that the 16-row SIMD tiles stay whole (the
-         * AVX-512 GEMMs' 32- and 48-row tiles may end in a partial one per thread) */
-        const size_t chunk = ((size_t)(N + nt - 1) / nt + 15) / 16 * 16, first = ith * chunk;
-        const int n0 = first < (size_t)N ? (int)first : N;
-        const int n1 = (size_t)(N - n0) > chunk ? n0 + (int)chunk : N;
-        float *dq = dequantize && T > 1 ? (float *)scratch + (size_t)ith * DQ_ROWS * K : NULL;
-        linear_rows(y, w, xa, T, n0, n1, dequantize, dq);
-    }
+    linear_call c = {y, w, x, T, scratch, act};
+    rlxc_team_run(n_threads < w->rows ? n_threads : w->rows, linear_stage, &c);
 }

@@ -4,36 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "engine.h"
 #include "kernels.h"
-#include "rlxc.h"
 
 #define FAIL(...) do { snprintf(err, RLXC_ERRLEN, __VA_ARGS__); return -1; } while (0)
 
-typedef struct {
-    float *k, *v;   /* [num_kv_heads][max_seq][head_dim], NULL for layers that share another's */
-    int heads, dim; /* the shape the cache was allocated for */
-    int shared;     /* the layer read another layer's cache when this was allocated */
-} kv_cache;
-
-struct rlxc_pipeline {
-    rlxc_layer **layers;
-    int n_layers, max_seq, n_threads, n_past;
-    rlxc_act act;
-    kv_cache *kv;
-
-    /* Scratch, grown only when a call needs more (more tokens, wider layers, more threads):
-     * decode after a prefill of the same model never allocates. */
-    size_t cap_floats, cap_xq; /* cap_xq in bytes: rlxc_linear's scratch */
-    float *xa, *q, *k, *v, *att, *o, *f1, *f2, *cs;
-    void *xq;
-    float *scores; /* n_threads * max_seq */
-    int scores_threads;
-};
-
-static int ensure_scratch(rlxc_pipeline *p, int T, char *err);
+static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err);
 
 static size_t kv_floats(const rlxc_pipeline *p, int i) {
     const rlxc_layer *l = p->layers[i];
@@ -43,7 +19,7 @@ static size_t kv_floats(const rlxc_pipeline *p, int i) {
 static int alloc_caches(rlxc_pipeline *p, char *err) {
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
-        kv_cache *c = &p->kv[i];
+        rlxc_kv_cache *c = &p->kv[i];
         free(c->k);
         free(c->v);
         memset(c, 0, sizeof *c);
@@ -66,9 +42,10 @@ void rlxc_pipeline_free(rlxc_pipeline *p) {
     }
     free(p->kv);
     free(p->layers);
-    free(p->xa);
-    free(p->xq);
-    free(p->scores);
+    free(p->s.act);
+    free(p->s.xq);
+    free(p->s.dq);
+    free(p->s.scores);
     free(p);
 }
 
@@ -97,7 +74,7 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
             return NULL;
         }
     }
-    if (alloc_caches(p, err) || ensure_scratch(p, 1, err)) {
+    if (alloc_caches(p, err) || ensure_scratch(p, 1, 0, p->n_threads, err)) {
         rlxc_pipeline_free(p);
         return NULL;
     }
@@ -148,7 +125,7 @@ static int validate(const rlxc_pipeline *p, char *err) {
                 FAIL("layer %d shares layer %d's KV cache but has num_kv_heads %d / head_dim %d vs %d / %d", i, src,
                      l->num_kv_heads, l->head_dim, s->num_kv_heads, s->head_dim);
         }
-        const kv_cache *c = &p->kv[src >= 0 ? src : i];
+        const rlxc_kv_cache *c = &p->kv[src >= 0 ? src : i];
         /* a layer that switched between own and shared K/V has a cache with gaps */
         if (!c->k || c->heads != l->num_kv_heads || c->dim != l->head_dim || p->kv[i].shared != (src >= 0))
             FAIL("layer %d's K/V shape (num_kv_heads * head_dim) or kv_shared_from changed since its cache was "
@@ -157,230 +134,109 @@ static int validate(const rlxc_pipeline *p, char *err) {
     return 0;
 }
 
-/* Grow scratch to hold T tokens of the largest layer. */
-static int ensure_scratch(rlxc_pipeline *p, int T, char *err) {
-    size_t per_tok = 0;
-    int max_in = 0;
-    for (int i = 0; i < p->n_layers; i++) {
-        const rlxc_layer *l = p->layers[i];
-        const size_t H = l->hidden_size, Q = (size_t)l->num_q_heads * l->head_dim;
-        const size_t KV = (size_t)l->num_kv_heads * l->head_dim, I = l->intermediate_size;
-        const size_t F = I > (size_t)l->ple_dim ? I : (size_t)l->ple_dim;
-        /* the last region holds cos, sin and inverse frequencies: rotary_dim * 3/2 floats, once */
-        const size_t n = H + Q + 2 * KV + Q + H + 2 * F + 2 * (size_t)l->rotary_dim;
-        if (n > per_tok) per_tok = n;
-        size_t in = H > Q ? H : Q;
-        in = in > F ? in : F;
-        if ((int)in > max_in) max_in = (int)in;
-    }
-    const size_t need = per_tok * (size_t)T, need_xq = rlxc_linear_scratch_bytes(max_in, T, p->n_threads, p->act);
-    /* New buffers are published before the old ones are freed, and capacities only after: a
-     * fork() from another thread at any point leaves the child valid pointers (a call in the
-     * child sees at worst a smaller capacity and grows again). The fences keep the compiler
-     * from reordering those stores. */
-    if (need > p->cap_floats || need_xq > p->cap_xq) {
-        float *xa = malloc(need * sizeof(float));
-        void *xq = malloc(need_xq ? need_xq : 1);
-        if (!xa || !xq) {
-            free(xa), free(xq);
-            FAIL("out of memory for scratch of %d tokens", T);
-        }
-        float *old_xa = p->xa;
-        void *old_xq = p->xq;
-        p->cap_floats = p->cap_xq = 0;
-        __atomic_signal_fence(__ATOMIC_SEQ_CST);
-        p->xa = xa, p->xq = xq;
-        __atomic_signal_fence(__ATOMIC_SEQ_CST);
-        free(old_xa), free(old_xq);
-        p->cap_floats = need;
-        p->cap_xq = need_xq;
-    }
-    if (p->scores_threads < p->n_threads) {
-        float *scores = malloc((size_t)p->n_threads * p->max_seq * sizeof(float));
-        if (!scores) FAIL("out of memory for attention scratch");
-        float *old = p->scores;
-        p->scores_threads = 0;
-        __atomic_signal_fence(__ATOMIC_SEQ_CST);
-        p->scores = scores;
-        __atomic_signal_fence(__ATOMIC_SEQ_CST);
-        free(old);
-        p->scores_threads = p->n_threads;
-    }
-    return 0;
-}
 
-/* Carve this layer's buffers out of the scratch block. */
-static void layout_scratch(rlxc_pipeline *p, const rlxc_layer *l, int T) {
+/* The per-token buffers of layer l over T tokens, carved out of the scratch. */
+typedef struct {
+    float *xa, *q, *k, *v, *att, *o, *f1, *f2;
+    float *cs, *sn; /* [T][rotary_dim / 2] */
+    float *inv;     /* [rotary_dim / 2] */
+} bufs;
+
+static size_t floats_per_token(const rlxc_layer *l) {
     const size_t H = l->hidden_size, Q = (size_t)l->num_q_heads * l->head_dim;
     const size_t KV = (size_t)l->num_kv_heads * l->head_dim, I = l->intermediate_size;
     const size_t F = I > (size_t)l->ple_dim ? I : (size_t)l->ple_dim;
-    float *s = p->xa;
-    p->q = s += H * T;
-    p->k = s += Q * T;
-    p->v = s += KV * T;
-    p->att = s += KV * T;
-    p->o = s += Q * T;
-    p->f1 = s += H * T;
-    p->f2 = s += F * T;
-    p->cs = s += F * T;
+    /* the last rotary_dim hold cos and sin */
+    return H + Q + 2 * KV + Q + H + 2 * F + (size_t)l->rotary_dim;
 }
 
-static void linear(rlxc_pipeline *p, float *y, const rlxc_weight *w, const float *x, int T, const rlxc_weight *bias) {
-    rlxc_linear(y, w, x, T, p->n_threads, p->xq, p->act);
-    if (bias && bias->data)
-        for (int t = 0; t < T; t++) rlxc_kernels_active()->add(y + (size_t)t * w->rows, bias->data, w->rows);
+static bufs layout(const rlxc_pipeline *p, const rlxc_layer *l, int T) {
+    const size_t H = l->hidden_size, Q = (size_t)l->num_q_heads * l->head_dim;
+    const size_t KV = (size_t)l->num_kv_heads * l->head_dim, I = l->intermediate_size;
+    const size_t F = I > (size_t)l->ple_dim ? I : (size_t)l->ple_dim, np = l->rotary_dim / 2;
+    bufs b;
+    /* the frequencies before every layer's buffers: a thread that starts the next layer writes
+     * them while others still read the last stage's buffers of this one */
+    b.inv = p->s.act;
+    float *s = p->s.act + p->rope_floats;
+    b.xa = s;
+    b.q = s += H * T;
+    b.k = s += Q * T;
+    b.v = s += KV * T;
+    b.att = s += KV * T;
+    b.o = s += Q * T;
+    b.f1 = s += H * T;
+    b.f2 = s += F * T;
+    b.cs = s += F * T;
+    b.sn = s + np * T;
+    return b;
 }
 
-/* The layer's norm over rows of n. */
-static void norm_rows(const rlxc_layer *l, float *y, const float *x, int rows, int n, const rlxc_weight *w,
-                      const rlxc_weight *b, float offset) {
-    const rlxc_kernels *kn = rlxc_kernels_active();
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *yr = y + (size_t)r * n;
-        if (l->norm_type == RLXC_LAYERNORM) kn->layernorm(yr, xr, w->data, b ? b->data : NULL, l->eps, n);
-        else kn->rmsnorm(yr, xr, w ? w->data : NULL, offset, l->eps, n);
+static size_t max_floats_per_token(const rlxc_pipeline *p) {
+    size_t n = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        const size_t f = floats_per_token(p->layers[i]);
+        n = f > n ? f : n;
     }
+    return n;
 }
 
-/* Per-head RMSNorm (q/k norms, v-norm): always RMS, whatever the main norm type. */
-static void head_norm(const rlxc_layer *l, float *x, int rows, const rlxc_weight *w) {
-    const rlxc_kernels *kn = rlxc_kernels_active();
-    for (int r = 0; r < rows; r++)
-        kn->rmsnorm(x + (size_t)r * l->head_dim, x + (size_t)r * l->head_dim, w ? w->data : NULL,
-                    l->qk_norm_offset, l->eps, l->head_dim);
+float *rlxc_pipeline_extra(const rlxc_pipeline *p, int T) {
+    return p->s.act + p->rope_floats + max_floats_per_token(p) * T;
 }
 
-static void activate(const rlxc_layer *l, float *x, size_t n) {
-    const rlxc_kernels *kn = rlxc_kernels_active();
-    if (l->activation == RLXC_SILU) kn->silu(x, x, (int)n);
-    else kn->gelu_tanh(x, x, (int)n);
+/* Replace *slot by a new block of `bytes`, publishing the new pointer before freeing the old: a
+ * fork() from another thread at any point leaves the child valid pointers (a call in the child
+ * sees at worst a smaller capacity and grows again). The fences keep the compiler from
+ * reordering those stores; the caller zeroes the capacity first and sets it after. */
+static int regrow(void **slot, size_t bytes) {
+    void *fresh = malloc(bytes ? bytes : 1), *old = *slot;
+    if (!fresh) return -1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    *slot = fresh;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    free(old);
+    return 0;
 }
 
-void rlxc_rope_inv_freq(const rlxc_layer *l, float *inv) {
-    const int n_pairs = l->rotary_dim / 2;
-    const double denom = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? l->head_dim : l->rotary_dim;
-    const float *factors = l->w[RLXC_W_ROPE_FREQ_FACTORS].data;
-    for (int k = 0; k < n_pairs; k++) {
-        double f = pow((double)l->rope_base, -2.0 * k / denom);
-        if (factors) f /= factors[k];
-        inv[k] = (float)f;
+/* Grow scratch to hold T tokens of the largest layer (plus extra_floats per token) on n_threads. */
+static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
+    rlxc_scratch *s = &p->s;
+    int max_in = 0, rope = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        const rlxc_layer *l = p->layers[i];
+        rope = l->rotary_dim / 2 > rope ? l->rotary_dim / 2 : rope;
+        const int widths[] = {l->hidden_size, l->num_q_heads * l->head_dim, l->intermediate_size, l->ple_dim};
+        for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) max_in = widths[k] > max_in ? widths[k] : max_in;
     }
-}
-
-void rlxc_rope_angles(const rlxc_layer *l, const float *inv, int pos, float *cs, float *sn) {
-    for (int k = 0; k < l->rotary_dim / 2; k++) {
-        const float angle = (float)pos * inv[k];
-        cs[k] = (float)cos((double)angle) * l->rope_attn_factor;
-        sn[k] = (float)sin((double)angle) * l->rope_attn_factor;
+    const int nth = n_threads > 1 ? n_threads : 1;
+    const size_t need = (max_floats_per_token(p) + extra_floats) * (size_t)T + rope;
+    const size_t need_xq = rlxc_xin_scratch_bytes(max_in, T);
+    const size_t dq_stride = rlxc_dq_scratch_floats(max_in, T, p->act), need_dq = dq_stride * nth;
+    if (need > s->cap_floats) {
+        s->cap_floats = 0;
+        if (regrow((void **)&s->act, need * sizeof(float))) FAIL("out of memory for scratch of %d tokens", T);
+        s->cap_floats = need;
     }
-}
-
-/* Query `it` = (token t, head h) over its visible keys: the last W of positions 0..pos. */
-static void attention_item(const rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, int pos0, int it,
-                           float *scores) {
-    const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
-    const size_t Q = (size_t)nq * hd;
-    const int t = it / nq, h = it % nq, pos = pos0 + t;
-    const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
-    const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
-    rlxc_kernels_active()->attn_head(p->att + t * Q + (size_t)h * hd, p->q + t * Q + (size_t)h * hd, c->k + base,
-                                     c->v + base, hd, pos - start + 1, l->attn_scale, l->attn_softcap, scores);
-}
-
-/* Heads (and tokens) split across threads. */
-static void attention(rlxc_pipeline *p, const rlxc_layer *l, const kv_cache *c, int T, int pos0) {
-    const int items = T * l->num_q_heads;
-    const int nth = rlxc_threads_usable(p->n_threads < items ? p->n_threads : items);
-    if (nth == 1) {
-        for (int it = 0; it < items; it++) attention_item(p, l, c, pos0, it, p->scores);
-        return;
+    if (need_xq > s->cap_xq) {
+        s->cap_xq = 0;
+        if (regrow(&s->xq, need_xq)) FAIL("out of memory for scratch of %d tokens", T);
+        s->cap_xq = need_xq;
     }
-#pragma omp parallel for num_threads(nth) schedule(static)
-    for (int it = 0; it < items; it++) {
-#ifdef _OPENMP
-        float *scores = p->scores + (size_t)omp_get_thread_num() * p->max_seq;
-#else
-        float *scores = p->scores;
-#endif
-        attention_item(p, l, c, pos0, it, scores);
+    if (need_dq > s->cap_dq) {
+        s->cap_dq = 0;
+        if (regrow((void **)&s->dq, need_dq * sizeof(float))) FAIL("out of memory for scratch of %d tokens", T);
+        s->cap_dq = need_dq;
     }
-}
-
-/* One layer over x[T][H] in place; ple: this layer's slice of the first token, stride ple_stride. */
-static void layer_forward(rlxc_pipeline *p, int li, float *x, const float *ple, size_t ple_stride, int T, int pos0) {
-    const rlxc_kernels *kn = rlxc_kernels_active();
-    const rlxc_layer *l = p->layers[li];
-    const rlxc_weight *w = l->w;
-    const int H = l->hidden_size, hd = l->head_dim, nq = l->num_q_heads, nkv = l->num_kv_heads;
-    const size_t Q = (size_t)nq * hd, KV = (size_t)nkv * hd, I = l->intermediate_size;
-    const int own_kv = l->kv_shared_from < 0;
-    const kv_cache *c = &p->kv[own_kv ? li : l->kv_shared_from];
-    layout_scratch(p, l, T);
-
-    /* attention block */
-    norm_rows(l, p->xa, x, T, H, &w[RLXC_W_ATTN_NORM], l->input_norm_bias ? &w[RLXC_W_ATTN_NORM_B] : NULL,
-              l->norm_offset);
-    linear(p, p->q, &w[RLXC_W_Q], p->xa, T, l->qkv_bias ? &w[RLXC_W_Q_B] : NULL);
-    if (l->has_qk_norm) head_norm(l, p->q, T * nq, &w[RLXC_W_Q_NORM]);
-    if (own_kv) {
-        linear(p, p->k, &w[RLXC_W_K], p->xa, T, l->qkv_bias ? &w[RLXC_W_K_B] : NULL);
-        if (l->v_from_k) memcpy(p->v, p->k, T * KV * sizeof(float));
-        else linear(p, p->v, &w[RLXC_W_V], p->xa, T, l->qkv_bias ? &w[RLXC_W_V_B] : NULL);
-        if (l->has_qk_norm) head_norm(l, p->k, T * nkv, &w[RLXC_W_K_NORM]);
-        if (l->has_v_norm) head_norm(l, p->v, T * nkv, NULL);
+    p->dq_stride = dq_stride;
+    p->rope_floats = rope;
+    if (s->scores_threads < nth) {
+        s->scores_threads = 0;
+        if (regrow((void **)&s->scores, (size_t)nth * p->max_seq * sizeof(float)))
+            FAIL("out of memory for attention scratch");
+        s->scores_threads = nth;
     }
-    if (l->rotary_dim > 0) {
-        const int n_pairs = l->rotary_dim / 2;
-        const int half = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? hd / 2 : n_pairs;
-        float *cs = p->cs, *sn = cs + n_pairs, *inv = sn + n_pairs;
-        rlxc_rope_inv_freq(l, inv); /* once per call: pow is the costly part */
-        for (int t = 0; t < T; t++) {
-            rlxc_rope_angles(l, inv, pos0 + t, cs, sn);
-            kn->rope(p->q + t * Q, nq, hd, cs, sn, n_pairs, half);
-            if (own_kv) kn->rope(p->k + t * KV, nkv, hd, cs, sn, n_pairs, half);
-        }
-    }
-    if (own_kv)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < nkv; h++) {
-                const size_t at = ((size_t)h * p->max_seq + pos0 + t) * hd;
-                memcpy(c->k + at, p->k + t * KV + (size_t)h * hd, hd * sizeof(float));
-                memcpy(c->v + at, p->v + t * KV + (size_t)h * hd, hd * sizeof(float));
-            }
-    attention(p, l, c, T, pos0);
-    linear(p, p->o, &w[RLXC_W_O], p->att, T, l->o_bias ? &w[RLXC_W_O_B] : NULL);
-    if (l->sandwich_norm) norm_rows(l, p->o, p->o, T, H, &w[RLXC_W_ATTN_POST_NORM], NULL, l->norm_offset);
-    kn->add(x, p->o, T * H);
-
-    /* feed-forward block */
-    norm_rows(l, p->xa, x, T, H, &w[RLXC_W_FFN_NORM], l->post_attn_norm_bias ? &w[RLXC_W_FFN_NORM_B] : NULL,
-              l->norm_offset);
-    if (l->ffn_type == RLXC_GATED) {
-        linear(p, p->f1, &w[RLXC_W_GATE], p->xa, T, l->ffn_up_bias ? &w[RLXC_W_GATE_B] : NULL);
-        linear(p, p->f2, &w[RLXC_W_UP], p->xa, T, l->ffn_up_bias ? &w[RLXC_W_UP_B] : NULL);
-        activate(l, p->f1, T * I);
-        kn->mul(p->f1, p->f1, p->f2, (int)(T * I));
-    } else {
-        linear(p, p->f1, &w[RLXC_W_UP], p->xa, T, l->ffn_up_bias ? &w[RLXC_W_UP_B] : NULL);
-        activate(l, p->f1, T * I);
-    }
-    linear(p, p->o, &w[RLXC_W_DOWN], p->f1, T, l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL);
-    if (l->sandwich_norm) norm_rows(l, p->o, p->o, T, H, &w[RLXC_W_FFN_POST_NORM], NULL, l->norm_offset);
-    kn->add(x, p->o, T * H);
-
-    /* Gemma 4 per-layer input: y += RMSNorm(proj(act(gate y) * ple)), RMS whatever norm_type */
-    if (l->ple_dim > 0) {
-        const int P = l->ple_dim;
-        linear(p, p->f1, &w[RLXC_W_PLE_GATE], x, T, NULL);
-        activate(l, p->f1, (size_t)T * P);
-        for (int t = 0; t < T; t++) kn->mul(p->f1 + (size_t)t * P, p->f1 + (size_t)t * P, ple + (size_t)t * ple_stride, P);
-        linear(p, p->o, &w[RLXC_W_PLE_PROJ], p->f1, T, NULL);
-        for (int t = 0; t < T; t++)
-            kn->rmsnorm(p->o + (size_t)t * H, p->o + (size_t)t * H, w[RLXC_W_PLE_NORM].data, l->norm_offset, l->eps, H);
-        kn->add(x, p->o, T * H);
-    }
-    if (l->layer_scalar != 1.0f) kn->scale(x, l->layer_scalar, T * H);
+    return 0;
 }
 
 /* Kernels count elements in int: T times any per-token width is at most RLXC_MAX_COUNT. */
@@ -397,19 +253,243 @@ static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
     return 0;
 }
 
+int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
+    return validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, extra_floats, n_threads, err)
+               ? -1
+               : 0;
+}
+
+static float rope_inv_freq(const rlxc_layer *l, int k) {
+    const double denom = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? l->head_dim : l->rotary_dim;
+    const float *factors = l->w[RLXC_W_ROPE_FREQ_FACTORS].data;
+    double f = pow((double)l->rope_base, -2.0 * k / denom);
+    if (factors) f /= factors[k];
+    return (float)f;
+}
+
+static void rope_angle(const rlxc_layer *l, float inv, int pos, float *cs, float *sn) {
+    const float angle = (float)pos * inv;
+    *cs = (float)cos((double)angle) * l->rope_attn_factor;
+    *sn = (float)sin((double)angle) * l->rope_attn_factor;
+}
+
+void rlxc_rope_inv_freq(const rlxc_layer *l, float *inv) {
+    for (int k = 0; k < l->rotary_dim / 2; k++) inv[k] = rope_inv_freq(l, k);
+}
+
+void rlxc_rope_angles(const rlxc_layer *l, const float *inv, int pos, float *cs, float *sn) {
+    for (int k = 0; k < l->rotary_dim / 2; k++) rope_angle(l, inv[k], pos, cs + k, sn + k);
+}
+
+/* The layer's norm of this thread's rows of x[T][n] into y. */
+static void norm_row(const rlxc_layer *l, float *y, const float *x, int n, const rlxc_weight *w, const rlxc_weight *b) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    if (l->norm_type == RLXC_LAYERNORM) kn->layernorm(y, x, w->data, b ? b->data : NULL, l->eps, n);
+    else kn->rmsnorm(y, x, w ? w->data : NULL, l->norm_offset, l->eps, n);
+}
+
+/* Per-head RMSNorm (q/k norms, v-norm): always RMS, whatever the main norm type. */
+static void head_norm(const rlxc_layer *l, float *x, const rlxc_weight *w) {
+    rlxc_kernels_active()->rmsnorm(x, x, w ? w->data : NULL, l->qk_norm_offset, l->eps, l->head_dim);
+}
+
+static void activate(const rlxc_layer *l, float *x, size_t n) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    if (l->activation == RLXC_SILU) kn->silu(x, x, (int)n);
+    else kn->gelu_tanh(x, x, (int)n);
+}
+
+void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K, const rlxc_product *ps,
+                     int n) {
+    const rlxc_weight *ws[4];
+    for (int i = 0; i < n; i++) ws[i] = ps[i].w;
+    rlxc_xin in;
+    rlxc_xin_prepare(tm, &in, x, T, K, ws, n, p->act, p->s.xq);
+    rlxc_linear_team(tm, &in, ps, n, p->s.dq + (size_t)tm->ith * p->dq_stride);
+}
+
+/* Per-head work after the Q/K/V products, item by item: the T * nq query heads (q-norm, RoPE),
+ * then for a layer with its own cache the T * nkv key/value heads (V from K, k-norm, v-norm,
+ * RoPE, stored at their positions). */
+static void qkv_heads(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs *b, int T, int pos0) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    const rlxc_layer *l = p->layers[li];
+    const rlxc_weight *w = l->w;
+    const int hd = l->head_dim, nq = l->num_q_heads, nkv = l->num_kv_heads, np = l->rotary_dim / 2;
+    const int half = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? hd / 2 : np, own = l->kv_shared_from < 0;
+    const rlxc_kv_cache *c = &p->kv[li];
+    const size_t nqi = (size_t)T * nq, items = nqi + (own ? (size_t)T * nkv : 0);
+    size_t a, e;
+    rlxc_team_share(tm, items, 1, &a, &e);
+    for (size_t it = a; it < e; it++) {
+        if (it < nqi) {
+            const size_t t = it / nq;
+            float *q = b->q + it * hd;
+            if (l->has_qk_norm) head_norm(l, q, &w[RLXC_W_Q_NORM]);
+            if (np) kn->rope(q, 1, hd, b->cs + t * np, b->sn + t * np, np, half);
+            continue;
+        }
+        const size_t j = it - nqi, t = j / nkv, h = j % nkv;
+        float *k = b->k + j * hd, *v = b->v + j * hd;
+        if (l->v_from_k) memcpy(v, k, hd * sizeof(float));
+        if (l->has_qk_norm) head_norm(l, k, &w[RLXC_W_K_NORM]);
+        if (l->has_v_norm) head_norm(l, v, NULL);
+        if (np) kn->rope(k, 1, hd, b->cs + t * np, b->sn + t * np, np, half);
+        const size_t at = (h * p->max_seq + pos0 + t) * hd;
+        memcpy(c->k + at, k, hd * sizeof(float));
+        memcpy(c->v + at, v, hd * sizeof(float));
+    }
+}
+
+/* This thread's query items (token t, head h) over their visible keys: the last W of 0..pos. */
+static void attention(rlxc_pipeline *p, const rlxc_team *tm, const rlxc_layer *l, const rlxc_kv_cache *c,
+                      const bufs *b, int T, int pos0) {
+    const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
+    float *scores = p->s.scores + (size_t)tm->ith * p->max_seq;
+    size_t a, e;
+    rlxc_team_share(tm, (size_t)T * nq, 1, &a, &e);
+    for (size_t it = a; it < e; it++) {
+        const int t = (int)(it / nq), h = (int)(it % nq), pos = pos0 + t;
+        const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
+        const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
+        rlxc_kernels_active()->attn_head(b->att + it * hd, b->q + it * hd, c->k + base, c->v + base, hd,
+                                         pos - start + 1, l->attn_scale, l->attn_softcap, scores);
+    }
+}
+
+/* One layer over x[T][H] in place, the whole team; ple: this layer's slice of the first token's
+ * inputs, ple_stride floats per token. */
+static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *x, const float *ple,
+                          size_t ple_stride, int T, int pos0) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    const rlxc_layer *l = p->layers[li];
+    const rlxc_weight *w = l->w;
+    const int H = l->hidden_size, np = l->rotary_dim / 2, own = l->kv_shared_from < 0;
+    const size_t Q = (size_t)l->num_q_heads * l->head_dim, I = l->intermediate_size;
+    const bufs b = layout(p, l, T);
+    size_t t0, t1, a, e;
+    rlxc_team_share(tm, (size_t)T, 1, &t0, &t1); /* this thread's tokens in the per-token stages */
+
+    /* attention block: input norm and the RoPE frequencies, then Q/K/V and the angles */
+    for (size_t t = t0; t < t1; t++)
+        norm_row(l, b.xa + t * H, x + t * H, H, &w[RLXC_W_ATTN_NORM], l->input_norm_bias ? &w[RLXC_W_ATTN_NORM_B] : NULL);
+    rlxc_team_share(tm, (size_t)np, 1, &a, &e);
+    for (size_t k = a; k < e; k++) b.inv[k] = rope_inv_freq(l, (int)k);
+    rlxc_team_sync(tm);
+    rlxc_team_share(tm, (size_t)T * np, 1, &a, &e);
+    for (size_t it = a; it < e; it++) rope_angle(l, b.inv[it % np], pos0 + (int)(it / np), b.cs + it, b.sn + it);
+    const rlxc_weight *qkv_b = l->qkv_bias ? w : NULL;
+    rlxc_product qkv[3] = {{b.q, &w[RLXC_W_Q], qkv_b ? &w[RLXC_W_Q_B] : NULL},
+                           {b.k, &w[RLXC_W_K], qkv_b ? &w[RLXC_W_K_B] : NULL},
+                           {b.v, &w[RLXC_W_V], qkv_b ? &w[RLXC_W_V_B] : NULL}};
+    rlxc_products(p, tm, b.xa, T, H, qkv, own ? (l->v_from_k ? 2 : 3) : 1);
+    rlxc_team_sync(tm);
+    qkv_heads(p, tm, li, &b, T, pos0);
+    rlxc_team_sync(tm);
+    attention(p, tm, l, &p->kv[own ? li : l->kv_shared_from], &b, T, pos0);
+    rlxc_team_sync(tm);
+    rlxc_products(p, tm, b.att, T, (int)Q, &(rlxc_product){b.o, &w[RLXC_W_O], l->o_bias ? &w[RLXC_W_O_B] : NULL}, 1);
+    rlxc_team_sync(tm);
+    for (size_t t = t0; t < t1; t++) {
+        float *o = b.o + t * H, *xt = x + t * H;
+        if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_ATTN_POST_NORM], NULL);
+        kn->add(xt, o, H);
+        norm_row(l, b.xa + t * H, xt, H, &w[RLXC_W_FFN_NORM], l->post_attn_norm_bias ? &w[RLXC_W_FFN_NORM_B] : NULL);
+    }
+    rlxc_team_sync(tm);
+
+    /* feed-forward block: gate and up split alike, so each thread activates its own rows */
+    {
+        const int gated = l->ffn_type == RLXC_GATED, up_b = l->ffn_up_bias;
+        const rlxc_weight *ws[2] = {&w[RLXC_W_UP], &w[RLXC_W_GATE]};
+        rlxc_xin in;
+        rlxc_xin_prepare(tm, &in, b.xa, T, H, ws, gated ? 2 : 1, p->act, p->s.xq);
+        float *dq = p->s.dq + (size_t)tm->ith * p->dq_stride;
+        int r0, r1;
+        rlxc_linear_share(tm, (int)I, &r0, &r1);
+        if (gated) {
+            rlxc_linear_rows(b.f1, &w[RLXC_W_GATE], up_b ? &w[RLXC_W_GATE_B] : NULL, &in, r0, r1, dq);
+            rlxc_linear_rows(b.f2, &w[RLXC_W_UP], up_b ? &w[RLXC_W_UP_B] : NULL, &in, r0, r1, dq);
+        } else {
+            rlxc_linear_rows(b.f1, &w[RLXC_W_UP], up_b ? &w[RLXC_W_UP_B] : NULL, &in, r0, r1, dq);
+        }
+        for (int t = 0; t < T && r0 < r1; t++) {
+            float *f1 = b.f1 + (size_t)t * I + r0;
+            activate(l, f1, (size_t)(r1 - r0));
+            if (gated) kn->mul(f1, f1, b.f2 + (size_t)t * I + r0, r1 - r0);
+        }
+    }
+    rlxc_team_sync(tm);
+    rlxc_products(p, tm, b.f1, T, (int)I, &(rlxc_product){b.o, &w[RLXC_W_DOWN], l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL}, 1);
+    rlxc_team_sync(tm);
+    for (size_t t = t0; t < t1; t++) {
+        float *o = b.o + t * H;
+        if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_FFN_POST_NORM], NULL);
+        kn->add(x + t * H, o, H);
+    }
+
+    /* Gemma 4 per-layer input: y += RMSNorm(proj(act(gate y) * ple)), RMS whatever norm_type */
+    if (l->ple_dim > 0) {
+        const int P = l->ple_dim;
+        rlxc_team_sync(tm);
+        rlxc_xin in;
+        const rlxc_weight *gate = &w[RLXC_W_PLE_GATE];
+        rlxc_xin_prepare(tm, &in, x, T, H, &gate, 1, p->act, p->s.xq);
+        int r0, r1;
+        rlxc_linear_share(tm, P, &r0, &r1);
+        rlxc_linear_rows(b.f1, gate, NULL, &in, r0, r1, p->s.dq + (size_t)tm->ith * p->dq_stride);
+        for (int t = 0; t < T && r0 < r1; t++) {
+            float *f1 = b.f1 + (size_t)t * P + r0;
+            activate(l, f1, (size_t)(r1 - r0));
+            kn->mul(f1, f1, ple + (size_t)t * ple_stride + r0, r1 - r0);
+        }
+        rlxc_team_sync(tm);
+        rlxc_products(p, tm, b.f1, T, P, &(rlxc_product){b.o, &w[RLXC_W_PLE_PROJ], NULL}, 1);
+        rlxc_team_sync(tm);
+        for (size_t t = t0; t < t1; t++) {
+            float *o = b.o + t * H;
+            kn->rmsnorm(o, o, w[RLXC_W_PLE_NORM].data, l->norm_offset, l->eps, H);
+            kn->add(x + t * H, o, H);
+        }
+    }
+    if (l->layer_scalar != 1.0f)
+        for (size_t t = t0; t < t1; t++) kn->scale(x + t * H, l->layer_scalar, H);
+}
+
+void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
+                          float *layer_out) {
+    const size_t H = p->layers[0]->hidden_size, ple_stride = rlxc_pipeline_ple_stride(p);
+    size_t ple_off = 0, t0, t1;
+    rlxc_team_share(tm, (size_t)T, 1, &t0, &t1);
+    for (int i = 0; i < p->n_layers; i++) {
+        layer_forward(p, tm, i, x, ple ? ple + ple_off : NULL, ple_stride, T, pos0);
+        ple_off += p->layers[i]->ple_dim;
+        if (layer_out)
+            memcpy(layer_out + ((size_t)i * T + t0) * H, x + t0 * H, (t1 - t0) * H * sizeof(float));
+    }
+}
+
+typedef struct {
+    rlxc_pipeline *p;
+    float *x;
+    const float *ple;
+    int T, pos0;
+    float *layer_out;
+} run_args;
+
+static void run_team(const rlxc_team *tm, void *arg) {
+    const run_args *r = arg;
+    rlxc_pipeline_layers(r->p, tm, r->x, r->ple, r->T, r->pos0, r->layer_out);
+}
+
 static int run(rlxc_pipeline *p, const float *x, const float *ple, int T, int pos0, float *out, float *layer_out,
                char *err) {
-    if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, err)) return -1;
-    const int H = p->layers[0]->hidden_size;
+    if (rlxc_pipeline_begin(p, T, 0, p->n_threads, err)) return -1;
     const size_t ple_stride = rlxc_pipeline_ple_stride(p);
     if (ple_stride > 0 && !ple) FAIL("layers have per-layer inputs (ple_dim > 0): pass ple of %zu floats per token", ple_stride);
-    if (out != x) memmove(out, x, (size_t)T * H * sizeof(float));
-    size_t ple_off = 0;
-    for (int i = 0; i < p->n_layers; i++) {
-        layer_forward(p, i, out, ple ? ple + ple_off : NULL, ple_stride, T, pos0);
-        ple_off += p->layers[i]->ple_dim;
-        if (layer_out) memcpy(layer_out + (size_t)i * T * H, out, (size_t)T * H * sizeof(float));
-    }
+    if (out != x) memmove(out, x, (size_t)T * p->layers[0]->hidden_size * sizeof(float));
+    run_args r = {p, out, ple, T, pos0, layer_out};
+    rlxc_team_run(p->n_threads, run_team, &r);
     return 0;
 }
 

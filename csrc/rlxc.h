@@ -191,4 +191,48 @@ int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, in
 int rlxc_pipeline_decode(rlxc_pipeline *p, const float *x, const float *ple, int pos, float *out,
                          float *layer_out, char *err);
 
+/* Model: a pipeline (borrowed) and the parts around it, so that a token's whole path, from its
+ * id to its logits, is one call and one thread team. Weights are borrowed like a layer's views:
+ * the caller keeps them alive and unchanged while the model uses them. */
+typedef struct {
+    rlxc_weight embed;           /* [vocab][hidden], any type: rows dequantized on lookup */
+    float embed_scale;           /* the embedding rows are multiplied by it (Gemma: sqrt(hidden)) */
+    rlxc_weight lm_head;         /* [n_logits][hidden], any type the kernels multiply; data NULL: tied */
+    rlxc_norm_type norm_type;    /* the final norm: RMS with weight (norm_offset + w), or LayerNorm */
+    rlxc_weight norm, norm_bias; /* f32 [hidden]; norm.data NULL: no final norm */
+    float norm_eps, norm_offset;
+    float final_softcap;         /* logits = cap * tanh(logits / cap); 0 = off */
+    /* Gemma 4 per-layer inputs (ple_embed.data NULL: none). For token id and layer i's slice of
+     * its ple_dim: ple = (RMSNorm(ple_proj_scale * x W_proj^T) * ple_norm
+     *                     + ple_embed_scale * E[id]) * ple_input_scale, x the scaled embedding. */
+    rlxc_weight ple_embed;       /* [vocab][sum of ple_dim], any type */
+    rlxc_weight ple_proj;        /* [sum of ple_dim][hidden] */
+    rlxc_weight ple_norm;        /* f32 [ple_dim] */
+    float ple_embed_scale, ple_proj_scale, ple_input_scale, ple_eps;
+} rlxc_model_parts;
+
+typedef struct rlxc_model rlxc_model;
+
+/* The parts are copied (their weights borrowed) and checked at every call, against the
+ * pipeline's layers as they are then. */
+rlxc_model *rlxc_model_create(rlxc_pipeline *p, const rlxc_model_parts *parts, char *err);
+void rlxc_model_free(rlxc_model *m);
+rlxc_pipeline *rlxc_model_pipeline(const rlxc_model *m);
+int rlxc_model_vocab(const rlxc_model *m);    /* embedding rows */
+int rlxc_model_n_logits(const rlxc_model *m); /* lm_head rows: the width of a logits row */
+
+typedef enum { RLXC_LOGITS_ALL = 0, RLXC_LOGITS_LAST = 1, RLXC_LOGITS_NONE = 2 } rlxc_logits;
+/* What a prefill may also keep, each NULL or: embeddings [T][hidden] (scaled), layers
+ * [n_layers][T][hidden] (each layer's output), final_norm [T][hidden] (needs RLXC_LOGITS_ALL). */
+typedef struct {
+    float *embeddings, *layers, *final_norm;
+} rlxc_trace;
+
+/* Tokens ids[0..T) at positions n_past.. appended to the cache; logits: [T][n_logits]
+ * (RLXC_LOGITS_ALL), [n_logits] (LAST) or unused (NONE). trace may be NULL. */
+int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits,
+                       const rlxc_trace *trace, char *err);
+/* One token at position pos <= n_past (pos < n_past rewinds); logits: [n_logits]. */
+int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *err);
+
 #endif

@@ -10,6 +10,7 @@
 #include <omp.h>
 #endif
 #include "rlxc.h"
+#include "team.h"
 
 static volatile int in_fork_child;
 
@@ -55,4 +56,21 @@ int rlxc_threads_default(void) {
 #else
     return 1;
 #endif
+}
+
+void rlxc_team_run(int n_threads, void (*fn)(const rlxc_team *tm, void *arg), void *arg) {
+    const int nth = rlxc_threads_usable(n_threads);
+    if (nth == 1) {
+        fn(&(rlxc_team){0, 1}, arg);
+        return;
+    }
+#pragma omp parallel num_threads(nth)
+    {
+#ifdef _OPENMP
+        const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads()};
+#else
+        const rlxc_team tm = {0, 1};
+#endif
+        fn(&tm, arg);
+    }
 }

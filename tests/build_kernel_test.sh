@@ -9,7 +9,8 @@
 # isa: scalar avx2 avx512 neon (default: every ISA the CPU and build support).
 # --valgrind also runs the test under valgrind (the scalar and AVX2 tables only: valgrind
 # 3.19 does not decode AVX-512). --no-run only builds $OUT/obj/*.o and the test.
-# Environment: CC (default gcc), OUT (default build/kernel_test), PYTHON (default python3).
+# Environment: CC (default gcc), OUT (default build/kernel_test), PYTHON (default python3),
+# EXTRA_CFLAGS (added to every compile and link, e.g. sanitizers).
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -17,7 +18,8 @@ cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 OUT=${OUT:-build/kernel_test}
 PYTHON=${PYTHON:-python3}
-CFLAGS="-O3 -std=gnu11 -Wall -Wextra -fPIC" # the test program's own
+EXTRA_CFLAGS=${EXTRA_CFLAGS:-}
+CFLAGS="-O3 -std=gnu11 -Wall -Wextra -fPIC $EXTRA_CFLAGS" # the test programs' own
 
 VALGRIND=0 RUN=1 ISAS=()
 for a in "$@"; do
@@ -43,21 +45,24 @@ compile() { # tag flags files...
     shift 2
     for f in "$@"; do
         # shellcheck disable=SC2086
-        $CC $COMMON $flags -fPIC -c "$f" -o "$OUT/obj/${tag}_$(basename "${f%.c}").o"
+        $CC $COMMON $flags $EXTRA_CFLAGS -fPIC -c "$f" -o "$OUT/obj/${tag}_$(basename "${f%.c}").o"
     done
 }
 
 compile ref "" csrc/kernels_ref.c csrc/kernels_wtypes.c csrc/fp16.c csrc/dispatch.c
+compile engine "" csrc/layer.c csrc/linear.c csrc/pipeline.c csrc/model.c csrc/threads.c
 for d in "${!DIR_FLAGS[@]}"; do
     compile "${d#kernels_}" "${DIR_FLAGS[$d]}" "$d"/*.c
 done
 
 # Objects, not an archive: dispatch.c's weak table getters would keep the linker from
 # pulling the ISA tables out of a .a.
-$CC $CFLAGS tests/test_kernels.c "$OUT"/obj/*.o -lsleef -lm -o "$OUT/test_kernels"
+$CC $CFLAGS tests/test_kernels.c "$OUT"/obj/*.o -fopenmp -lsleef -lm -o "$OUT/test_kernels"
+$CC $CFLAGS -Icsrc tests/test_model.c "$OUT"/obj/*.o -fopenmp -lsleef -lm -o "$OUT/test_model"
 [ $RUN = 1 ] || exit 0
 
 "$OUT/test_kernels" "${ISAS[@]}"
+"$OUT/test_model"
 if [ $VALGRIND = 1 ]; then
     vg_isas=()
     for i in "${ISAS[@]:-scalar avx2}"; do

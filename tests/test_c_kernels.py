@@ -1,5 +1,6 @@
-"""The C kernel test program (tests/test_kernels.c): every kernel of every ISA this CPU
-runs against the scalar reference, on random shapes with tails, without Python in between."""
+"""The C test programs: tests/test_kernels.c (every kernel of every ISA this CPU runs against the
+scalar reference, on random shapes with tails) and tests/test_model.c (a whole model through the
+engine's C API), without Python in between."""
 
 import os
 import shutil
@@ -18,3 +19,5 @@ def test_every_kernel_matches_scalar_in_c():
     assert "all kernels passed" in r.stdout
     assert " FAIL " not in r.stdout
     assert r.stdout.count("PASS") >= 16, "expected at least the scalar table to run"
+    # tests/test_model.c: the whole-model engine from C (threads 1/2/3/7 identical, prefill == decode)
+    assert "all model checks passed" in r.stdout

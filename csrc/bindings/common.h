@@ -12,6 +12,7 @@
 #include <numpy/arrayobject.h>
 
 #include <unistd.h>
+#include "pythread.h"
 #include "rlxc.h"
 
 typedef struct {
@@ -29,8 +30,23 @@ static inline void layer_forget_parent_runs(LayerObject *l) {
     if (l->busy && l->busy_pid != (long)getpid()) l->busy = 0;
 }
 
+typedef struct {
+    PyObject_HEAD
+    rlxc_pipeline *p;
+    PyObject *layers; /* tuple of Layer */
+    PyThread_type_lock lock;
+    long lock_pid; /* the process in which `lock` is held; 0 when free */
+} PipelineObject;
+
+/* RuntimeError unless the pipeline was initialized. */
+int pipeline_ready(PipelineObject *self);
+/* Take the pipeline's lock (waiting without the GIL) and freeze its layers; pipeline_leave undoes it. */
+void pipeline_enter(PipelineObject *self);
+void pipeline_leave(PipelineObject *self);
+
 extern PyTypeObject Layer_Type;
 extern PyTypeObject Pipeline_Type;
+extern PyTypeObject Engine_Type;
 extern PyMethodDef rlxc_ops_methods[];
 int rlxc_layer_type_prepare(void);
 

@@ -80,12 +80,14 @@ PyMODINIT_FUNC PyInit__rlxc(void) {
         PyErr_SetString(PyExc_ImportError, err);
         return NULL;
     }
-    if (rlxc_layer_type_prepare() < 0 || PyType_Ready(&Pipeline_Type) < 0) return NULL;
+    if (rlxc_layer_type_prepare() < 0 || PyType_Ready(&Pipeline_Type) < 0 || PyType_Ready(&Engine_Type) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
     if (PyModule_AddFunctions(m, module_methods) || PyModule_AddFunctions(m, rlxc_ops_methods) ||
         PyModule_AddObjectRef(m, "Layer", (PyObject *)&Layer_Type) ||
-        PyModule_AddObjectRef(m, "Pipeline", (PyObject *)&Pipeline_Type)) {
+        PyModule_AddObjectRef(m, "Pipeline", (PyObject *)&Pipeline_Type) ||
+        PyModule_AddObjectRef(m, "Engine", (PyObject *)&Engine_Type)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,15 +1,7 @@
 /* rlxc._rlxc.Pipeline: a stack of Layer objects with its KV caches. Calls release the
  * GIL; a per-pipeline lock serializes threads that share one pipeline. */
 #include "common.h"
-#include "pythread.h"
 
-typedef struct {
-    PyObject_HEAD
-    rlxc_pipeline *p;
-    PyObject *layers; /* tuple of Layer */
-    PyThread_type_lock lock;
-    long lock_pid; /* the process in which `lock` is held; 0 when free */
-} PipelineObject;
 
 static int Pipeline_init(PyObject *o, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"layers", "max_seq", "threads", NULL};
@@ -92,7 +84,7 @@ static void Pipeline_dealloc(PyObject *o) {
     Py_TYPE(o)->tp_free(o);
 }
 
-static int ready(PipelineObject *self) {
+int pipeline_ready(PipelineObject *self) {
     if (!self->p || !self->layers) {
         PyErr_SetString(PyExc_RuntimeError, "Pipeline is not initialized");
         return 0;
@@ -101,7 +93,7 @@ static int ready(PipelineObject *self) {
 }
 
 /* Take the pipeline's lock (waiting without the GIL) and freeze its layers. */
-static void enter(PipelineObject *self) {
+void pipeline_enter(PipelineObject *self) {
     const long pid = (long)getpid();
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
         PyThread_type_lock fresh = NULL;
@@ -123,7 +115,7 @@ static void enter(PipelineObject *self) {
     }
 }
 
-static void leave(PipelineObject *self) {
+void pipeline_leave(PipelineObject *self) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++)
         ((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->busy--;
     self->lock_pid = 0;
@@ -177,12 +169,12 @@ static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int
     char err[RLXC_ERRLEN];
     int rc;
     float *lop = lo ? PyArray_DATA(lo) : NULL;
-    enter(self);
+    pipeline_enter(self);
     /* Arguments were checked before enter(), which may wait without the GIL while another
      * thread re-shapes the layers; once entered they are frozen, so check again. */
     if (rlxc_pipeline_hidden_size(self->p) != H || (ple && rlxc_pipeline_ple_stride(self->p) != stride) ||
         (int)PyTuple_GET_SIZE(self->layers) != L) {
-        leave(self);
+        pipeline_leave(self);
         Py_DECREF(out);
         Py_XDECREF(lo);
         PyErr_SetString(PyExc_RuntimeError, "the layers changed shape while this call waited for the pipeline; "
@@ -193,7 +185,7 @@ static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int
     rc = decode ? rlxc_pipeline_decode(self->p, PyArray_DATA(x), ple, pos, PyArray_DATA(out), lop, err)
                 : rlxc_pipeline_prefill(self->p, PyArray_DATA(x), ple, T, PyArray_DATA(out), lop, err);
     Py_END_ALLOW_THREADS
-    leave(self);
+    pipeline_leave(self);
     if (rc) {
         Py_DECREF(out);
         Py_XDECREF(lo);
@@ -209,7 +201,7 @@ static PyObject *Pipeline_prefill(PyObject *o, PyObject *args, PyObject *kw) {
     PipelineObject *self = (PipelineObject *)o;
     PyObject *xo, *pleo = Py_None;
     int layer_outputs = 0;
-    if (!ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "O|Op:prefill", kwlist, &xo, &pleo, &layer_outputs))
+    if (!pipeline_ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "O|Op:prefill", kwlist, &xo, &pleo, &layer_outputs))
         return NULL;
     PyArrayObject *x = as_f32(xo, "x", 2, 2);
     if (!x) return NULL;
@@ -230,7 +222,7 @@ static PyObject *Pipeline_decode_token(PyObject *o, PyObject *args, PyObject *kw
     PipelineObject *self = (PipelineObject *)o;
     PyObject *xo, *poso, *pleo = Py_None;
     int layer_outputs = 0, pos;
-    if (!ready(self) ||
+    if (!pipeline_ready(self) ||
         !PyArg_ParseTupleAndKeywords(args, kw, "OO|Op:decode_token", kwlist, &xo, &poso, &pleo, &layer_outputs))
         return NULL;
     PyArrayObject *x = as_f32(xo, "x", 1, 1);
@@ -253,11 +245,11 @@ static PyObject *Pipeline_decode_token(PyObject *o, PyObject *args, PyObject *kw
 
 static PyObject *Pipeline_reset(PyObject *o, PyObject *noargs) {
     PipelineObject *self = (PipelineObject *)o;
-    if (!ready(self)) return NULL;
+    if (!pipeline_ready(self)) return NULL;
     char err[RLXC_ERRLEN];
-    enter(self);
+    pipeline_enter(self);
     int rc = rlxc_pipeline_reset(self->p, err);
-    leave(self);
+    pipeline_leave(self);
     if (rc) {
         PyErr_SetString(PyExc_MemoryError, err);
         return NULL;
@@ -267,50 +259,50 @@ static PyObject *Pipeline_reset(PyObject *o, PyObject *noargs) {
 
 static PyObject *get_int(PyObject *o, int (*f)(const rlxc_pipeline *)) {
     PipelineObject *self = (PipelineObject *)o;
-    return ready(self) ? PyLong_FromLong(f(self->p)) : NULL;
+    return pipeline_ready(self) ? PyLong_FromLong(f(self->p)) : NULL;
 }
 static PyObject *Pipeline_n_past(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_n_past); }
 static PyObject *Pipeline_max_seq(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_max_seq); }
 static PyObject *Pipeline_hidden_size(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_hidden_size); }
 static PyObject *Pipeline_ple_stride(PyObject *o, void *c) {
     PipelineObject *self = (PipelineObject *)o;
-    return ready(self) ? PyLong_FromSize_t(rlxc_pipeline_ple_stride(self->p)) : NULL;
+    return pipeline_ready(self) ? PyLong_FromSize_t(rlxc_pipeline_ple_stride(self->p)) : NULL;
 }
 static PyObject *Pipeline_threads(PyObject *o, void *c) { return get_int(o, rlxc_pipeline_threads); }
 
 static int Pipeline_set_threads(PyObject *o, PyObject *v, void *c) {
     PipelineObject *self = (PipelineObject *)o;
     int n;
-    if (!ready(self)) return -1;
+    if (!pipeline_ready(self)) return -1;
     if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete threads"); return -1; }
     if (int_arg(v, "threads", 1, 1024, &n)) return -1;
-    enter(self);
+    pipeline_enter(self);
     rlxc_pipeline_set_threads(self->p, n);
-    leave(self);
+    pipeline_leave(self);
     return 0;
 }
 
 static PyObject *Pipeline_activations(PyObject *o, void *c) {
     PipelineObject *self = (PipelineObject *)o;
-    if (!ready(self)) return NULL;
+    if (!pipeline_ready(self)) return NULL;
     return PyUnicode_FromString(rlxc_pipeline_act(self->p) == RLXC_ACT_F32 ? "f32" : "q8");
 }
 
 static int Pipeline_set_activations(PyObject *o, PyObject *v, void *c) {
     PipelineObject *self = (PipelineObject *)o;
     rlxc_act act;
-    if (!ready(self)) return -1;
+    if (!pipeline_ready(self)) return -1;
     if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete activations"); return -1; }
     if (act_arg(v, "activations", &act)) return -1;
-    enter(self);
+    pipeline_enter(self);
     rlxc_pipeline_set_act(self->p, act);
-    leave(self);
+    pipeline_leave(self);
     return 0;
 }
 
 static PyObject *Pipeline_layers(PyObject *o, void *c) {
     PipelineObject *self = (PipelineObject *)o;
-    if (!ready(self)) return NULL;
+    if (!pipeline_ready(self)) return NULL;
     return Py_NewRef(self->layers);
 }
 

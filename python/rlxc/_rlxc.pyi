@@ -4,7 +4,7 @@ Checked against the built module by ``python -m mypy.stubtest rlxc._rlxc`` (test
 what stubtest cannot see through is listed, with the reason, in tests/stubtest_allowlist.txt).
 """
 
-from typing import Any, ClassVar, Literal, TypedDict, overload
+from typing import Any, ClassVar, Literal, TypedDict, final, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -113,6 +113,29 @@ class Pipeline:
     def decode_token(self, x: _F32, pos: int, ple: _F32 | None = None, *,
                      layer_outputs: Literal[True]) -> tuple[_F32, _F32]: ...
     def reset(self) -> None: ...
+
+@final
+class Engine:
+    """A whole model in the C engine over a Pipeline: token ids in, logits out (see rlxc.Model)."""
+    def __init__(self, pipeline: Pipeline, embed: _F32 | _U8, *, embed_type: _WType = "f32",
+                 embed_scale: float = 1.0, lm_head: _F32 | _U8 | None = None, lm_head_type: _WType | None = None,
+                 norm_type: int = 0, norm_weight: _F32 | None = None, norm_bias: _F32 | None = None,
+                 norm_eps: float = 1e-6, norm_offset: float = 0.0, final_softcap: float = 0.0,
+                 ple_embed: _F32 | _U8 | None = None, ple_embed_type: _WType | None = None,
+                 ple_proj: _F32 | _U8 | None = None, ple_proj_type: _WType | None = None,
+                 ple_norm: _F32 | None = None, ple_embed_scale: float = 1.0, ple_proj_scale: float = 1.0,
+                 ple_input_scale: float = 1.0, ple_eps: float = 1e-6) -> None: ...
+    @property
+    def pipeline(self) -> Pipeline: ...
+    @property
+    def n_logits(self) -> int: ...
+    @overload
+    def prefill(self, ids: npt.NDArray[np.integer[Any]], logits: str = "all",
+                trace: Literal[False] = False) -> _F32 | None: ...
+    @overload
+    def prefill(self, ids: npt.NDArray[np.integer[Any]], logits: str = "all", *,
+                trace: Literal[True]) -> tuple[_F32, _F32, _F32, _F32]: ...
+    def decode(self, token: int, pos: int) -> _F32: ...
 
 def cpu_info() -> dict[str, Any]: ...
 def set_isa(name: str) -> None: ...

@@ -1,10 +1,12 @@
 """rlxc.Model: a decoder-only LM around an rlxc.Pipeline.
 
-The Model owns the token embedding (looked up in NumPy, float32), the list of rlxc.Layer objects
-(editable: the pipeline borrows them, so a changed field takes effect on the next call), the final
-norm, the lm_head (multiplied through ``rlxc.ops.matmul``, quantized like the layer matrices) and
-the final logit softcap. Gemma 4 per-layer embeddings (PLE) are computed here in NumPy from the
-input ids and handed to the pipeline as its ``ple`` input.
+The Model owns the token embedding, the list of rlxc.Layer objects (editable: the pipeline borrows
+them, so a changed field takes effect on the next call), the final norm, the lm_head (quantized
+like the layer matrices) and the final logit softcap. A prefill or a decoded token is one call into
+the C engine (:class:`rlxc._rlxc.Engine`), which runs the whole path, embedding lookup, Gemma 4
+per-layer inputs (PLE), the layers, final norm, lm_head and softcap, in one thread team with the
+GIL released. The NumPy pieces (:meth:`Model.embed_tokens`, :meth:`Model.per_layer_inputs`,
+:meth:`Model.final_norm`, :meth:`Model.logits`) compute the same stages for inspection.
 
 Embedding tables and the lm_head may also be kept as stored (a :class:`QuantMatrix`: GGUF bytes of
 any weight type, e.g. memory-mapped from the file by :func:`rlxc.load`): the embedding rows that a
@@ -21,6 +23,7 @@ import numpy as np
 
 from . import archs, ops
 from ._layer import Layer, Pipeline
+from ._rlxc import Engine
 from .generate import generate, token_ids
 from .wtypes import dequantize
 
@@ -93,13 +96,38 @@ class QuantMatrix:
         return f"QuantMatrix({self.shape[0]}x{self.cols}, {self.wtype}, {self.nbytes / 1e6:.1f} MB)"
 
 
+#: Model attributes the C engine reads: assigning one rebuilds the engine at the next call.
+_ENGINE_PARTS = frozenset({"embed", "embed_scale", "norm_type", "norm_weight", "norm_bias", "norm_eps", "norm_offset",
+                           "final_softcap", "ple", "_lm", "lm_head_type", "_pipe"})
+
+
+def _engine_matrix(m: np.ndarray | QuantMatrix) -> tuple[np.ndarray, str]:
+    """A matrix as the Engine takes it: float32 [rows, cols], or uint8 GGUF rows and their type."""
+    if isinstance(m, QuantMatrix):
+        if m.wtype == "f32":
+            return np.ascontiguousarray(m.data).view(np.float32), "f32"
+        return np.ascontiguousarray(m.data), m.wtype
+    return np.ascontiguousarray(m, dtype=np.float32), "f32"
+
+
 class Model:
     """A causal LM on the rlxc engine.
 
     Build one with :func:`rlxc.from_hf` (or :meth:`from_parts`). ``layers`` is a list of
     ``rlxc.Layer``; fields and weights may be edited between calls (call :meth:`reset` after
-    changing a K/V shape: head_dim, num_kv_heads or kv_shared_from).
+    changing a K/V shape: head_dim, num_kv_heads or kv_shared_from). The model-level parts
+    (``embed``, ``embed_scale``, ``norm_weight``, ``final_softcap``, ``ple``, ...) may be assigned
+    or edited in place too; after changing an entry of the ``ple`` dict, call :meth:`reset`.
     """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _ENGINE_PARTS:
+            object.__setattr__(self, "_engine", None)
+        elif name == "threads" and value is not None:
+            pipe = getattr(self, "_pipe", None)
+            if pipe is not None:
+                pipe.threads = value
 
     def __init__(self, layers: Sequence[Any], embed: np.ndarray | QuantMatrix, *,
                  lm_head: np.ndarray | QuantMatrix | None = None,
@@ -184,6 +212,7 @@ class Model:
                 self._lm = head
             self.lm_vocab = head.shape[0]
         self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
+        self._engine: Engine | None = None
         self._pipe: Pipeline | None = None
         self._pipe_layers: tuple[int, ...] = ()
         self._activations: Literal["q8", "f32"] = "q8"
@@ -256,8 +285,34 @@ class Model:
         """Tokens in the KV cache."""
         return 0 if self._pipe is None else int(self._pipe.n_past)
 
+    @property
+    def engine(self) -> Engine:
+        """The :class:`rlxc._rlxc.Engine` that runs the whole model over :attr:`pipeline` (rebuilt
+        after a model-level part was assigned, or the pipeline was)."""
+        pipe = self.pipeline
+        if self._engine is not None and self._engine.pipeline is pipe:
+            return self._engine
+        kw: dict[str, Any] = {}
+        kw["embed"], kw["embed_type"] = _engine_matrix(self.embed)
+        kw["lm_head"] = np.ascontiguousarray(self._lm, np.float32 if self.lm_head_type == "f32" else np.uint8)
+        kw["lm_head_type"] = self.lm_head_type
+        if self.ple is not None:
+            p = self.ple
+            kw["ple_embed"], kw["ple_embed_type"] = _engine_matrix(p["embed"])
+            kw["ple_proj"], kw["ple_proj_type"] = _engine_matrix(p["proj"])
+            kw.update(ple_norm=np.ascontiguousarray(p["norm"], np.float32), ple_embed_scale=float(p["embed_scale"]),
+                      ple_proj_scale=float(p["proj_scale"]), ple_input_scale=float(p["input_scale"]),
+                      ple_eps=float(p["eps"]))
+        engine = Engine(pipe, embed_scale=self.embed_scale, norm_type=self.norm_type, norm_weight=self.norm_weight,
+                        norm_bias=self.norm_bias, norm_eps=self.norm_eps, norm_offset=self.norm_offset,
+                        final_softcap=self.final_softcap, **kw)
+        object.__setattr__(self, "_engine", engine)
+        return engine
+
     def reset(self) -> None:
-        """Empty the KV cache (and pick up layer list changes or K/V shape edits)."""
+        """Empty the KV cache (and pick up layer list changes, K/V shape edits and edits of the
+        ``ple`` dict)."""
+        self._engine = None
         ids = tuple(id(l) for l in self.layers)
         if self._pipe is not None and ids == self._pipe_layers:
             self._pipe.reset()
@@ -333,25 +388,16 @@ class Model:
         if logits not in ("all", "last", "none"):
             raise ValueError(f"logits must be 'all', 'last' or 'none', got {logits!r}")
         ids = self._ids(input_ids)
-        x = self.embed_tokens(ids)
-        out = self.pipeline.prefill(x, ple=self.per_layer_inputs(ids, x))
-        if logits == "none":
-            return None
-        if logits == "last":
-            out = np.asarray(out).reshape(len(ids), -1)[-1:]
-            return np.asarray(self.logits(self.final_norm(out))[0])
-        return self.logits(self.final_norm(out))
+        out = self.engine.prefill(ids, logits=logits)
+        return None if out is None else np.asarray(out)
 
     def decode(self, token_id: int) -> np.ndarray:
         """One token at position n_past; float32 [vocab] logits."""
         ids = token_ids([token_id], self.vocab_size, "the token id")
         if ids.size != 1:
             raise ValueError(f"decode takes one token id, got {ids.size}")
-        x = self.embed_tokens(ids)
-        ple = self.per_layer_inputs(ids, x)
-        pipe = self.pipeline
-        y = pipe.decode_token(x[0], pipe.n_past, ple=None if ple is None else ple[0])
-        return np.asarray(self.logits(self.final_norm(np.asarray(y).reshape(1, -1)))[0])
+        engine = self.engine
+        return np.asarray(engine.decode(int(ids[0]), engine.pipeline.n_past))
 
     def forward(self, input_ids: Any) -> np.ndarray:
         """reset() then prefill(input_ids)."""
@@ -364,11 +410,8 @@ class Model:
         ``final_norm`` [T, H], ``logits`` [T, vocab]."""
         self.reset()
         ids = self._ids(input_ids)
-        x = self.embed_tokens(ids)
-        out, per = self.pipeline.prefill(x, ple=self.per_layer_inputs(ids, x), layer_outputs=True)
-        normed = self.final_norm(out)
-        return {"embeddings": x, "layers": np.asarray(per, np.float32), "final_norm": normed,
-                "logits": self.logits(normed)}
+        logits, x, per, normed = self.engine.prefill(ids, logits="all", trace=True)
+        return {"embeddings": x, "layers": per, "final_norm": normed, "logits": logits}
 
     def hidden_states(self, input_ids: Any) -> list[np.ndarray]:
         """Like transformers' ``output_hidden_states=True`` (5.17): n_layers + 1 arrays

@@ -1,0 +1,330 @@
+/* rlxc._rlxc.Engine: a Pipeline and the model's parts around it (embedding, per-layer inputs,
+ * final norm, lm_head, softcap) as one rlxc_model, so that rlxc.Model makes one call into C per
+ * prefill and per decoded token. The weights are borrowed: the Engine keeps their arrays alive. */
+#include "common.h"
+#include "kernels.h"
+
+typedef struct {
+    PyObject_HEAD
+    rlxc_model *m;
+    PipelineObject *pipe;
+    PyObject *refs; /* list: the arrays the model's weights point into */
+} EngineObject;
+
+/* A matrix from a float32 [rows, cols] array (type "f32") or uint8 [rows, row_bytes] GGUF rows of
+ * type `tname`, borrowed into *w. None leaves *w empty. */
+static int matrix_arg(EngineObject *self, PyObject *obj, PyObject *tname, const char *name, rlxc_weight *w) {
+    memset(w, 0, sizeof *w);
+    if (obj == Py_None) return 0;
+    char tlabel[64];
+    snprintf(tlabel, sizeof tlabel, "%s_type", name);
+    const char *ts = tname == Py_None ? "f32" : str_arg(tname, tlabel);
+    if (!ts) return -1;
+    const int t = wtype_arg(ts, tlabel);
+    if (t < 0) return -1;
+    if (!PyArray_Check(obj) || PyArray_NDIM((PyArrayObject *)obj) != 2 ||
+        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj) ||
+        PyArray_TYPE((PyArrayObject *)obj) != (t == RLXC_F32 ? NPY_FLOAT32 : NPY_UINT8) ||
+        !PyArray_ISNOTSWAPPED((PyArrayObject *)obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous 2-D %s array", name,
+                     t == RLXC_F32 ? "float32 [rows, cols]" : "uint8 [rows, row_bytes]");
+        return -1;
+    }
+    PyArrayObject *a = (PyArrayObject *)obj;
+    const npy_intp rows = PyArray_DIM(a, 0), n = PyArray_DIM(a, 1);
+    const int block = rlxc_wtype_block_size((rlxc_wtype)t);
+    const size_t block_bytes = rlxc_wtype_row_bytes((rlxc_wtype)t, block);
+    const npy_intp cols = t == RLXC_F32 ? n : (npy_intp)(n / block_bytes * block);
+    if (rows < 1 || cols < 1 || rows > RLXC_MAX_COUNT || cols > RLXC_MAX_COUNT ||
+        (t != RLXC_F32 && (size_t)n % block_bytes)) {
+        PyErr_Format(PyExc_ValueError, "%s has shape (%zd, %zd): not rows of whole %s blocks", name, (Py_ssize_t)rows,
+                     (Py_ssize_t)n, ts);
+        return -1;
+    }
+    if (check_aligned(a, (rlxc_wtype)t, name) || PyList_Append(self->refs, obj)) return -1;
+    *w = (rlxc_weight){.type = (rlxc_wtype)t, .rows = (int)rows, .cols = (int)cols, .data = PyArray_DATA(a), .borrowed = 1};
+    return 0;
+}
+
+/* A float32 vector (None: empty), borrowed into *w as a 1 x n weight. */
+static int vector_arg(EngineObject *self, PyObject *obj, const char *name, rlxc_weight *w) {
+    memset(w, 0, sizeof *w);
+    if (obj == Py_None) return 0;
+    PyArrayObject *a = as_f32(obj, name, 1, 1);
+    if (!a || check_finite(a, name) || PyList_Append(self->refs, obj)) return -1;
+    *w = (rlxc_weight){.type = RLXC_F32, .rows = 1, .cols = (int)PyArray_DIM(a, 0), .data = PyArray_DATA(a), .borrowed = 1};
+    return 0;
+}
+
+static int float_arg(PyObject *obj, const char *name, float *out) {
+    double d;
+    if (real_arg(obj, name, 1, &d)) return -1;
+    *out = (float)d;
+    return 0;
+}
+
+static int Engine_init(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"pipeline", "embed", "embed_type", "embed_scale", "lm_head", "lm_head_type",
+                             "norm_type", "norm_weight", "norm_bias", "norm_eps", "norm_offset", "final_softcap",
+                             "ple_embed", "ple_embed_type", "ple_proj", "ple_proj_type", "ple_norm",
+                             "ple_embed_scale", "ple_proj_scale", "ple_input_scale", "ple_eps", NULL};
+    EngineObject *self = (EngineObject *)o;
+    PyObject *pipe, *embed, *embed_type = Py_None, *lm = Py_None, *lm_type = Py_None, *nw = Py_None, *nb = Py_None;
+    PyObject *pe = Py_None, *pe_type = Py_None, *pp = Py_None, *pp_type = Py_None, *pn = Py_None;
+    PyObject *f[9] = {0}; /* embed_scale, norm_eps, norm_offset, final_softcap, ple scales x3, ple_eps, norm_type */
+    if (self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "Engine is already initialized");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|$OOOOOOOOOOOOOOOOOOO:Engine", kwlist, &Pipeline_Type, &pipe, &embed,
+                                     &embed_type, &f[0], &lm, &lm_type, &f[8], &nw, &nb, &f[1], &f[2], &f[3], &pe,
+                                     &pe_type, &pp, &pp_type, &pn, &f[4], &f[5], &f[6], &f[7]))
+        return -1;
+    if (!pipeline_ready((PipelineObject *)pipe)) return -1;
+    Py_XSETREF(self->refs, PyList_New(0));
+    if (!self->refs) return -1;
+    rlxc_model_parts mp = {.embed_scale = 1.0f, .norm_eps = 1e-6f, .ple_embed_scale = 1.0f, .ple_proj_scale = 1.0f,
+                           .ple_input_scale = 1.0f, .ple_eps = 1e-6f};
+    float *scalars[8] = {&mp.embed_scale, &mp.norm_eps, &mp.norm_offset, &mp.final_softcap, &mp.ple_embed_scale,
+                         &mp.ple_proj_scale, &mp.ple_input_scale, &mp.ple_eps};
+    static const char *scalar_names[8] = {"embed_scale", "norm_eps", "norm_offset", "final_softcap",
+                                          "ple_embed_scale", "ple_proj_scale", "ple_input_scale", "ple_eps"};
+    for (int i = 0; i < 8; i++)
+        if (f[i] && float_arg(f[i], scalar_names[i], scalars[i])) return -1;
+    int norm_type = 0;
+    if (f[8] && int_arg(f[8], "norm_type", 0, 1, &norm_type)) return -1;
+    mp.norm_type = (rlxc_norm_type)norm_type;
+    if (mp.final_softcap < 0 || mp.norm_eps < 0 || mp.ple_eps < 0) {
+        PyErr_SetString(PyExc_ValueError, "final_softcap, norm_eps and ple_eps must be >= 0");
+        return -1;
+    }
+    if (matrix_arg(self, embed, embed_type, "embed", &mp.embed) || matrix_arg(self, lm, lm_type, "lm_head", &mp.lm_head) ||
+        vector_arg(self, nw, "norm_weight", &mp.norm) || vector_arg(self, nb, "norm_bias", &mp.norm_bias) ||
+        matrix_arg(self, pe, pe_type, "ple_embed", &mp.ple_embed) ||
+        matrix_arg(self, pp, pp_type, "ple_proj", &mp.ple_proj) || vector_arg(self, pn, "ple_norm", &mp.ple_norm))
+        return -1;
+    if (!mp.embed.data) {
+        PyErr_SetString(PyExc_TypeError, "embed is required");
+        return -1;
+    }
+    if (!mp.ple_embed.data != !mp.ple_proj.data || !mp.ple_embed.data != !mp.ple_norm.data) {
+        PyErr_SetString(PyExc_ValueError, "ple_embed, ple_proj and ple_norm go together");
+        return -1;
+    }
+    char err[RLXC_ERRLEN];
+    rlxc_model *m = rlxc_model_create(((PipelineObject *)pipe)->p, &mp, err);
+    if (!m) {
+        PyErr_SetString(PyExc_MemoryError, err);
+        return -1;
+    }
+    self->m = m;
+    Py_INCREF(pipe);
+    self->pipe = (PipelineObject *)pipe;
+    return 0;
+}
+
+static int Engine_traverse(PyObject *o, visitproc visit, void *arg) {
+    Py_VISIT(((EngineObject *)o)->pipe);
+    Py_VISIT(((EngineObject *)o)->refs);
+    return 0;
+}
+
+static int Engine_clear(PyObject *o) {
+    EngineObject *self = (EngineObject *)o;
+    Py_CLEAR(self->pipe);
+    Py_CLEAR(self->refs);
+    return 0;
+}
+
+static void Engine_dealloc(PyObject *o) {
+    EngineObject *self = (EngineObject *)o;
+    PyObject_GC_UnTrack(o);
+    rlxc_model_free(self->m);
+    Engine_clear(o);
+    Py_TYPE(o)->tp_free(o);
+}
+
+static int engine_ready(EngineObject *self) {
+    if (!self->m || !self->pipe) {
+        PyErr_SetString(PyExc_RuntimeError, "Engine is not initialized");
+        return 0;
+    }
+    return pipeline_ready(self->pipe);
+}
+
+/* int32 copy of 1-D integer token ids (any integer dtype; range checked by the engine). */
+static PyArrayObject *ids_arg(PyObject *obj, int max_len) {
+    if (!PyArray_Check(obj) || PyArray_NDIM((PyArrayObject *)obj) != 1 ||
+        !PyArray_ISINTEGER((PyArrayObject *)obj)) {
+        PyErr_SetString(PyExc_TypeError, "ids must be a 1-D numpy array of integers");
+        return NULL;
+    }
+    const npy_intp T = PyArray_DIM((PyArrayObject *)obj, 0);
+    if (T < 1 || T > max_len) {
+        PyErr_Format(PyExc_ValueError, "ids must hold between 1 and max_seq=%d tokens, got %zd", max_len, (Py_ssize_t)T);
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)PyArray_FromAny(obj, PyArray_DescrFromType(NPY_INT64), 1, 1,
+                                                        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_FORCECAST,
+                                                        NULL);
+    if (!a) return NULL;
+    PyArrayObject *out = new_array(1, &T, NPY_INT32);
+    if (out) {
+        const int64_t *src = PyArray_DATA(a);
+        int32_t *dst = PyArray_DATA(out);
+        for (npy_intp i = 0; i < T; i++) {
+            if (src[i] < INT32_MIN || src[i] > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "token id %lld is outside the vocabulary", (long long)src[i]);
+                Py_CLEAR(out);
+                break;
+            }
+            dst[i] = (int32_t)src[i];
+        }
+    }
+    Py_DECREF(a);
+    return out;
+}
+
+static PyObject *Engine_prefill(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"ids", "logits", "trace", NULL};
+    EngineObject *self = (EngineObject *)o;
+    PyObject *ids_obj, *which_obj = NULL;
+    int trace = 0;
+    if (!engine_ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "O|Op:prefill", kwlist, &ids_obj, &which_obj, &trace))
+        return NULL;
+    rlxc_logits which = RLXC_LOGITS_ALL;
+    if (which_obj) {
+        const char *s = str_arg(which_obj, "logits");
+        if (!s) return NULL;
+        if (!strcmp(s, "last")) which = RLXC_LOGITS_LAST;
+        else if (!strcmp(s, "none")) which = RLXC_LOGITS_NONE;
+        else if (strcmp(s, "all")) {
+            PyErr_Format(PyExc_ValueError, "logits must be 'all', 'last' or 'none', got '%s'", s);
+            return NULL;
+        }
+    }
+    if (trace && which != RLXC_LOGITS_ALL) {
+        PyErr_SetString(PyExc_ValueError, "trace=True needs logits='all'");
+        return NULL;
+    }
+    PyArrayObject *ids = ids_arg(ids_obj, rlxc_pipeline_max_seq(self->pipe->p));
+    if (!ids) return NULL;
+    const int T = (int)PyArray_DIM(ids, 0), V = rlxc_model_n_logits(self->m);
+    const int H = rlxc_pipeline_hidden_size(self->pipe->p), L = (int)PyTuple_GET_SIZE(self->pipe->layers);
+    PyArrayObject *logits = NULL, *emb = NULL, *lay = NULL, *fin = NULL;
+    if (which == RLXC_LOGITS_ALL) logits = new_array(2, (npy_intp[]){T, V}, NPY_FLOAT32);
+    else if (which == RLXC_LOGITS_LAST) logits = new_array(1, (npy_intp[]){V}, NPY_FLOAT32);
+    if (trace) {
+        emb = new_array(2, (npy_intp[]){T, H}, NPY_FLOAT32);
+        lay = new_array(3, (npy_intp[]){L, T, H}, NPY_FLOAT32);
+        fin = new_array(2, (npy_intp[]){T, H}, NPY_FLOAT32);
+    }
+    PyObject *result = NULL;
+    if ((which != RLXC_LOGITS_NONE && !logits) || (trace && (!emb || !lay || !fin))) goto done;
+    rlxc_trace tr = {trace ? PyArray_DATA(emb) : NULL, trace ? PyArray_DATA(lay) : NULL, trace ? PyArray_DATA(fin) : NULL};
+    char err[RLXC_ERRLEN];
+    int rc;
+    pipeline_enter(self->pipe);
+    /* the layers may have changed shape while this call waited for the pipeline */
+    if (rlxc_pipeline_hidden_size(self->pipe->p) != H) {
+        pipeline_leave(self->pipe);
+        PyErr_SetString(PyExc_RuntimeError, "the layers changed shape while this call waited; call again");
+        goto done;
+    }
+    const int32_t *idp = PyArray_DATA(ids);
+    float *lp = logits ? PyArray_DATA(logits) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rlxc_model_prefill(self->m, idp, T, which, lp, trace ? &tr : NULL, err);
+    Py_END_ALLOW_THREADS
+    pipeline_leave(self->pipe);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, err);
+        goto done;
+    }
+    if (trace) result = Py_BuildValue("(OOOO)", logits, emb, lay, fin);
+    else result = logits ? Py_NewRef(logits) : Py_NewRef(Py_None);
+done:
+    Py_DECREF(ids);
+    Py_XDECREF(logits);
+    Py_XDECREF(emb);
+    Py_XDECREF(lay);
+    Py_XDECREF(fin);
+    return result;
+}
+
+static PyObject *Engine_decode(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"token", "pos", NULL};
+    EngineObject *self = (EngineObject *)o;
+    PyObject *tok_obj, *pos_obj;
+    int token, pos;
+    if (!engine_ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "OO:decode", kwlist, &tok_obj, &pos_obj))
+        return NULL;
+    if (int_arg(tok_obj, "token", 0, rlxc_model_vocab(self->m) - 1, &token) ||
+        int_arg(pos_obj, "pos", 0, rlxc_pipeline_max_seq(self->pipe->p) - 1, &pos))
+        return NULL;
+    PyArrayObject *logits = new_array(1, (npy_intp[]){rlxc_model_n_logits(self->m)}, NPY_FLOAT32);
+    if (!logits) return NULL;
+    char err[RLXC_ERRLEN];
+    int rc;
+    float *lp = PyArray_DATA(logits);
+    pipeline_enter(self->pipe);
+    Py_BEGIN_ALLOW_THREADS
+    rc = rlxc_model_decode(self->m, token, pos, lp, err);
+    Py_END_ALLOW_THREADS
+    pipeline_leave(self->pipe);
+    if (rc) {
+        Py_DECREF(logits);
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return (PyObject *)logits;
+}
+
+static PyObject *Engine_pipeline(PyObject *o, void *c) {
+    EngineObject *self = (EngineObject *)o;
+    return engine_ready(self) ? Py_NewRef((PyObject *)self->pipe) : NULL;
+}
+
+static PyObject *Engine_n_logits(PyObject *o, void *c) {
+    EngineObject *self = (EngineObject *)o;
+    return engine_ready(self) ? PyLong_FromLong(rlxc_model_n_logits(self->m)) : NULL;
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"prefill", (PyCFunction)(void (*)(void))Engine_prefill, METH_VARARGS | METH_KEYWORDS,
+     "prefill(ids, logits='all', trace=False): run int token ids at positions n_past.. and append them to the "
+     "cache. Returns float32 logits [T, n_logits] ('all'), [n_logits] ('last') or None ('none'); with trace, "
+     "(logits, embeddings [T, hidden], layers [n_layers, T, hidden], final_norm [T, hidden])."},
+    {"decode", (PyCFunction)(void (*)(void))Engine_decode, METH_VARARGS | METH_KEYWORDS,
+     "decode(token, pos): one token at position pos <= n_past (smaller pos rewinds the cache). Returns float32 "
+     "[n_logits]."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Engine_getset[] = {
+    {"pipeline", Engine_pipeline, NULL, "The Pipeline whose layers and cache the engine runs.", NULL},
+    {"n_logits", Engine_n_logits, NULL, "Width of a logits row (the lm_head's rows).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject Engine_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rlxc._rlxc.Engine",
+    .tp_basicsize = sizeof(EngineObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Engine(pipeline, embed, *, embed_type='f32', embed_scale=1.0, lm_head=None, lm_head_type=None, "
+              "norm_type=0, norm_weight=None, norm_bias=None, norm_eps=1e-6, norm_offset=0.0, final_softcap=0.0, "
+              "ple_embed=None, ple_embed_type=None, ple_proj=None, ple_proj_type=None, ple_norm=None, "
+              "ple_embed_scale=1.0, ple_proj_scale=1.0, ple_input_scale=1.0, ple_eps=1e-6): a whole model in the C "
+              "engine: token ids in, logits out, one call and one thread team per prefill or decoded token. "
+              "Weights are float32 [rows, cols] or uint8 [rows, row_bytes] GGUF rows of the named type, used in "
+              "place (the Engine keeps them alive).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = Engine_init,
+    .tp_dealloc = Engine_dealloc,
+    .tp_traverse = Engine_traverse,
+    .tp_clear = Engine_clear,
+    .tp_methods = Engine_methods,
+    .tp_getset = Engine_getset,
+};

@@ -1,0 +1,89 @@
+/* Internals shared by the engine's files (linear.c, pipeline.c, model.c): the team-split
+ * products and the pipeline's state. Not part of the public API (rlxc.h). */
+#ifndef RLXC_ENGINE_H
+#define RLXC_ENGINE_H
+
+#include "rlxc.h"
+#include "team.h"
+
+/* Distinct activation formats one stage may need: Q8_0 (q4_0, q5_0, q8_0) and Q8_K (K-quants). */
+#define RLXC_X_FORMATS 2
+
+/* One stage's input x[T][K]: the float rows and, with RLXC_ACT_Q8, their quantized copies, one
+ * per activation format the stage's weights take. Every thread builds the same descriptor. */
+typedef struct {
+    const float *x;
+    int T, K;
+    rlxc_act act;
+    int n_fmt;
+    void (*fmt[RLXC_X_FORMATS])(void *y, const float *x, int K);
+    int x_block[RLXC_X_FORMATS];
+    size_t block_bytes[RLXC_X_FORMATS], row_bytes[RLXC_X_FORMATS];
+    void *q[RLXC_X_FORMATS];
+} rlxc_xin;
+
+/* y[T][w->rows] = x W^T + bias (bias NULL or unset: none). */
+typedef struct {
+    float *y;
+    const rlxc_weight *w, *bias;
+} rlxc_product;
+
+/* Bytes of the quantized copies of T rows of K (every format slot). */
+size_t rlxc_xin_scratch_bytes(int K, int T);
+/* Floats of one thread's dequantized rows (RLXC_ACT_F32 with T > 1; else 0). */
+size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act);
+/* Whole team: quantize x for the weights ws[0..n) into scratch (rlxc_xin_scratch_bytes); ends
+ * with a barrier when anything was quantized. */
+void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, int K,
+                      const rlxc_weight *const *ws, int n, rlxc_act act, void *scratch);
+/* Rows [r0, r1) of one product; dq: this thread's rlxc_dq_scratch_floats. */
+void rlxc_linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, const rlxc_xin *in, int r0, int r1,
+                      float *dq);
+/* This thread's rows [r0, r1) of a product of N rows. */
+void rlxc_linear_share(const rlxc_team *tm, int N, int *r0, int *r1);
+/* This thread's share of several products of one input, their rows split as one range. No barrier. */
+void rlxc_linear_team(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq);
+
+typedef struct {
+    float *k, *v;   /* [num_kv_heads][max_seq][head_dim], NULL for layers that share another's */
+    int heads, dim; /* the shape the cache was allocated for */
+    int shared;     /* the layer read another layer's cache when this was allocated */
+} rlxc_kv_cache;
+
+/* Scratch, grown only when a call needs more (more tokens, wider layers, more threads): decode
+ * after a prefill of the same model never allocates. */
+typedef struct {
+    size_t cap_floats, cap_xq, cap_dq; /* cap_xq in bytes */
+    float *act;     /* per-token buffers of the widest layer, T tokens (rlxc_pipeline_bufs) */
+    void *xq;       /* quantized activations (rlxc_xin_scratch_bytes) */
+    float *dq;      /* each thread's dequantized rows */
+    float *scores;  /* each thread's max_seq attention scores */
+    int scores_threads;
+} rlxc_scratch;
+
+struct rlxc_pipeline {
+    rlxc_layer **layers;
+    int n_layers, max_seq, n_threads, n_past;
+    rlxc_act act;
+    rlxc_kv_cache *kv;
+    rlxc_scratch s;
+    size_t dq_stride;   /* floats of one thread's dq */
+    size_t rope_floats; /* the widest layer's rotary_dim / 2: room for its RoPE frequencies */
+};
+
+/* Checks everything a run of T tokens depends on (layers may have been edited) and grows the
+ * scratch; extra_floats more floats per token at the end of the activation buffers are the
+ * caller's (rlxc_pipeline_extra). */
+int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err);
+float *rlxc_pipeline_extra(const rlxc_pipeline *p, int T);
+/* Whole team, one product stage: x[T][K] prepared for the products' weights (at most 4), then
+ * this thread's rows of each. No barrier after it. */
+void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K, const rlxc_product *ps,
+                   int n);
+/* Whole team: the layers over x[T][H] in place at positions pos0..; ple [T][ple_stride] or NULL;
+ * layer_out NULL or [n_layers][T][H]. Enters and leaves without a barrier of its own: x rows are
+ * read and written by the thread that owns them in rlxc_team_share(T, 1). */
+void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
+                          float *layer_out);
+
+#endif

@@ -1,0 +1,201 @@
+/* A whole causal LM: token ids -> embedding (and Gemma 4 per-layer inputs) -> the pipeline's
+ * layers -> final norm -> lm_head -> softcap, every stage inside one thread team per call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine.h"
+#include "kernels.h"
+
+#define FAIL(...) do { snprintf(err, RLXC_ERRLEN, __VA_ARGS__); return -1; } while (0)
+
+struct rlxc_model {
+    rlxc_pipeline *p; /* borrowed */
+    rlxc_model_parts parts;
+};
+
+rlxc_model *rlxc_model_create(rlxc_pipeline *p, const rlxc_model_parts *parts, char *err) {
+    rlxc_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, RLXC_ERRLEN, "out of memory");
+        return NULL;
+    }
+    m->p = p;
+    m->parts = *parts;
+    if (!m->parts.lm_head.data) m->parts.lm_head = m->parts.embed; /* tied */
+    return m;
+}
+
+void rlxc_model_free(rlxc_model *m) { free(m); }
+
+rlxc_pipeline *rlxc_model_pipeline(const rlxc_model *m) { return m->p; }
+int rlxc_model_vocab(const rlxc_model *m) { return m->parts.embed.rows; }
+int rlxc_model_n_logits(const rlxc_model *m) { return m->parts.lm_head.rows; }
+
+static int check_matrix(const rlxc_weight *w, const char *name, int rows, int cols, int multiplied, char *err) {
+    if (!w->data) FAIL("the model has no %s", name);
+    if ((rows >= 0 && w->rows != rows) || w->cols != cols)
+        FAIL("%s is %d x %d, the model needs %d x %d", name, w->rows, w->cols, rows >= 0 ? rows : w->rows, cols);
+    if (!rlxc_wtype_block_size(w->type) || w->cols % rlxc_wtype_block_size(w->type))
+        FAIL("%s: type %s with %d columns is no rlxc weight", name, rlxc_wtype_name(w->type), w->cols);
+    if (multiplied && !rlxc_wtype_runs(w->type))
+        FAIL("%s: the active kernels do not multiply %s weights", name, rlxc_wtype_name(w->type));
+    return 0;
+}
+
+/* The parts against the layers as they are now (layers may have been edited since creation). */
+static int check_parts(const rlxc_model *m, char *err) {
+    const rlxc_model_parts *mp = &m->parts;
+    const int H = rlxc_pipeline_hidden_size(m->p);
+    if (check_matrix(&mp->embed, "embedding", -1, H, 0, err) || check_matrix(&mp->lm_head, "lm_head", -1, H, 1, err))
+        return -1;
+    if (mp->norm.data && (mp->norm.type != RLXC_F32 || mp->norm.cols != H))
+        FAIL("the final norm weight must be %d float32 values", H);
+    if (mp->norm_bias.data && (mp->norm_bias.type != RLXC_F32 || mp->norm_bias.cols != H || !mp->norm.data))
+        FAIL("the final norm bias must be %d float32 values, with a norm weight", H);
+    const size_t stride = rlxc_pipeline_ple_stride(m->p);
+    if (!mp->ple_embed.data) {
+        if (stride) FAIL("the layers take per-layer inputs (ple_dim > 0) but the model has no per-layer embedding");
+        return 0;
+    }
+    if (stride > RLXC_MAX_COUNT) FAIL("per-layer inputs of %zu floats per token are more than rlxc handles", stride);
+    if (check_matrix(&mp->ple_embed, "per-layer embedding", -1, (int)stride, 0, err) ||
+        check_matrix(&mp->ple_proj, "per-layer projection", (int)stride, H, 1, err))
+        return -1;
+    for (int i = 0; i < m->p->n_layers; i++) {
+        const int P = m->p->layers[i]->ple_dim;
+        if (P && (mp->ple_norm.type != RLXC_F32 || mp->ple_norm.cols != P || !mp->ple_norm.data))
+            FAIL("layer %d has ple_dim %d: the per-layer projection norm must be %d float32 values", i, P, P);
+    }
+    return 0;
+}
+
+typedef struct {
+    rlxc_model *m;
+    const int32_t *ids;
+    int T, pos0, first, rows; /* logits of tokens first .. first + rows - 1 */
+    float *logits;
+    const rlxc_trace *trace;
+} model_call;
+
+/* Gemma 4 per-layer inputs of T tokens into ple[T][stride] (tok: scratch of the same size). */
+static void per_layer_inputs(const rlxc_team *tm, const model_call *c, const float *x, float *ple, float *tok) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    const rlxc_model_parts *mp = &c->m->parts;
+    const rlxc_pipeline *p = c->m->p;
+    const size_t stride = rlxc_pipeline_ple_stride(p), eb = rlxc_wtype_row_bytes(mp->ple_embed.type, (int)stride);
+    size_t a, e;
+    rlxc_team_share(tm, (size_t)c->T, 1, &a, &e);
+    for (size_t t = a; t < e; t++)
+        rlxc_dequantize_row(mp->ple_embed.type, tok + t * stride, (const char *)mp->ple_embed.data + c->ids[t] * eb,
+                            (int)stride);
+    rlxc_products(c->m->p, tm, x, c->T, p->layers[0]->hidden_size, &(rlxc_product){ple, &mp->ple_proj, NULL}, 1);
+    rlxc_team_sync(tm);
+    /* items: (token, layer) slices */
+    rlxc_team_share(tm, (size_t)c->T * p->n_layers, 1, &a, &e);
+    for (size_t it = a; it < e; it++) {
+        const size_t t = it / p->n_layers;
+        const int i = (int)(it % p->n_layers), P = p->layers[i]->ple_dim;
+        if (!P) continue;
+        size_t off = 0;
+        for (int k = 0; k < i; k++) off += p->layers[k]->ple_dim;
+        float *s = ple + t * stride + off, *tk = tok + t * stride + off;
+        kn->scale(s, mp->ple_proj_scale, P);
+        kn->rmsnorm(s, s, mp->ple_norm.data, 0.0f, mp->ple_eps, P);
+        kn->scale(tk, mp->ple_embed_scale, P);
+        kn->add(s, tk, P);
+        kn->scale(s, mp->ple_input_scale, P);
+    }
+    rlxc_team_sync(tm);
+}
+
+static void model_team(const rlxc_team *tm, void *arg) {
+    const model_call *c = arg;
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    rlxc_pipeline *p = c->m->p;
+    const rlxc_model_parts *mp = &c->m->parts;
+    const int T = c->T, H = p->layers[0]->hidden_size;
+    const size_t stride = rlxc_pipeline_ple_stride(p), rb = rlxc_wtype_row_bytes(mp->embed.type, H);
+    float *x = rlxc_pipeline_extra(p, T), *normed = x + (size_t)T * H, *ple = normed + (size_t)T * H;
+    size_t t0, t1;
+    rlxc_team_share(tm, (size_t)T, 1, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        float *xt = x + t * H;
+        rlxc_dequantize_row(mp->embed.type, xt, (const char *)mp->embed.data + c->ids[t] * rb, H);
+        if (mp->embed_scale != 1.0f) kn->scale(xt, mp->embed_scale, H);
+        if (c->trace && c->trace->embeddings) memcpy(c->trace->embeddings + t * H, xt, H * sizeof(float));
+    }
+    if (stride) {
+        rlxc_team_sync(tm);
+        per_layer_inputs(tm, c, x, ple, ple + stride * T);
+    }
+    rlxc_pipeline_layers(p, tm, x, stride ? ple : NULL, T, c->pos0, c->trace ? c->trace->layers : NULL);
+    if (!c->rows) return;
+
+    /* final norm of the rows that get logits, then the lm_head's rows split over the team */
+    const float *last = x + (size_t)c->first * H;
+    rlxc_team_share(tm, (size_t)c->rows, 1, &t0, &t1);
+    if (c->rows == 1 && c->first != 0) rlxc_team_sync(tm); /* x's last row is another thread's */
+    for (size_t r = t0; r < t1; r++) {
+        const float *xr = last + r * H;
+        float *nr = normed + r * H;
+        if (!mp->norm.data) memcpy(nr, xr, H * sizeof(float));
+        else if (mp->norm_type == RLXC_LAYERNORM)
+            kn->layernorm(nr, xr, mp->norm.data, mp->norm_bias.data, mp->norm_eps, H);
+        else kn->rmsnorm(nr, xr, mp->norm.data, mp->norm_offset, mp->norm_eps, H);
+        if (c->trace && c->trace->final_norm) memcpy(c->trace->final_norm + r * H, nr, H * sizeof(float));
+    }
+    rlxc_team_sync(tm);
+    const rlxc_weight *lm = &mp->lm_head;
+    rlxc_xin in;
+    rlxc_xin_prepare(tm, &in, normed, c->rows, H, &lm, 1, p->act, p->s.xq);
+    int r0, r1;
+    rlxc_linear_share(tm, lm->rows, &r0, &r1);
+    rlxc_linear_rows(c->logits, lm, NULL, &in, r0, r1, p->s.dq + (size_t)tm->ith * p->dq_stride);
+    if (mp->final_softcap > 0.0f)
+        for (int r = 0; r < c->rows && r0 < r1; r++)
+            kn->softcap(c->logits + (size_t)r * lm->rows + r0, mp->final_softcap, r1 - r0);
+}
+
+static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits which, float *logits,
+               const rlxc_trace *trace, char *err) {
+    rlxc_pipeline *p = m->p;
+    if (check_parts(m, err)) return -1;
+    const int V = m->parts.embed.rows;
+    const int ple_rows = m->parts.ple_embed.data ? m->parts.ple_embed.rows : V;
+    for (int t = 0; t < T; t++) {
+        if (ids[t] < 0 || ids[t] >= V) FAIL("token id %d is outside the vocabulary [0, %d)", (int)ids[t], V);
+        if (ids[t] >= ple_rows)
+            FAIL("token id %d is past the per-layer embedding's %d rows", (int)ids[t], ple_rows);
+    }
+    const int H = rlxc_pipeline_hidden_size(p);
+    if (which == RLXC_LOGITS_ALL && (size_t)T * m->parts.lm_head.rows > RLXC_MAX_COUNT)
+        FAIL("%d tokens of %d logits exceed what one call can hold: ask for the last logits only or split the prefill",
+             T, m->parts.lm_head.rows);
+    const size_t extra = 2 * (size_t)H + 2 * rlxc_pipeline_ple_stride(p);
+    if (rlxc_pipeline_begin(p, T, extra, p->n_threads, err)) return -1;
+    model_call c = {m, ids, T, pos0, which == RLXC_LOGITS_LAST ? T - 1 : 0,
+                    which == RLXC_LOGITS_ALL ? T : which == RLXC_LOGITS_LAST ? 1 : 0, logits, trace};
+    rlxc_team_run(p->n_threads, model_team, &c);
+    return 0;
+}
+
+int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits,
+                       const rlxc_trace *trace, char *err) {
+    rlxc_pipeline *p = m->p;
+    if (T <= 0) FAIL("prefill needs at least one token, got T=%d", T);
+    if (p->n_past + T > p->max_seq)
+        FAIL("prefill of %d tokens at position %d would exceed max_seq=%d", T, p->n_past, p->max_seq);
+    if (trace && trace->final_norm && which != RLXC_LOGITS_ALL) FAIL("a trace of the final norm needs every logit");
+    if (run(m, ids, T, p->n_past, which, logits, trace, err)) return -1;
+    p->n_past += T;
+    return 0;
+}
+
+int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *err) {
+    rlxc_pipeline *p = m->p;
+    if (pos < 0 || pos >= p->max_seq) FAIL("pos must be in [0, max_seq=%d), got %d", p->max_seq, pos);
+    if (pos > p->n_past) FAIL("pos (%d) is past the %d cached tokens: positions must be filled in order", pos, p->n_past);
+    if (run(m, &id, 1, pos, RLXC_LOGITS_ALL, logits, NULL, err)) return -1;
+    p->n_past = pos + 1;
+    return 0;
+}

@@ -1,0 +1,230 @@
+/* The whole-model engine (rlxc_model) from plain C, without Python: a small random model with
+ * every kind of layer part (sliding and full attention, partial RoPE, q/k norms, shared K/V,
+ * sandwich norms, biases, Gemma 4 per-layer inputs, quantized and float weights, an untied
+ * quantized lm_head, final softcap) built through rlxc.h alone, then for each ISA:
+ *   - prefill and decode give identical bits on 1, 2, 3 and 7 threads (both activation modes);
+ *   - a prefill's logits match token-by-token decodes (1e-4 relative to the largest logit);
+ *   - a rewind (decode at pos < n_past) reproduces the first run's logits exactly;
+ *   - bad calls (ids outside the vocabulary, positions past the cache, too many tokens) fail
+ *     with a message and leave the cache as it was.
+ * Prints PASS/FAIL per check and "all model checks passed" at the end (exit status 1 otherwise).
+ * Built and run by tests/build_kernel_test.sh, under ASan/UBSan by .ci/sanitize.sh. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rlxc.h"
+
+#define H 96
+#define V 50
+#define NL 4
+#define P 32
+#define T_PROMPT 9
+#define T_DECODE 4
+#define MAX_SEQ 24
+
+static int failures;
+
+static void check(int ok, const char *isa, const char *what) {
+    printf("%s %-7s %s\n", ok ? "PASS" : "FAIL", isa, what);
+    if (!ok) failures++;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float uniform(void) { /* [-1, 1) */
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) / (double)(1 << 24)) * 2.0f - 1.0f;
+}
+
+static float *random_floats(size_t n, float scale, float offset) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = offset + scale * uniform();
+    return x;
+}
+
+/* A matrix of `type` made from random floats, as a borrowed weight (the test frees data). */
+static rlxc_weight make_matrix(int rows, int cols, rlxc_wtype type, float scale) {
+    float *f = random_floats((size_t)rows * cols, scale, 0.0f);
+    const size_t rb = rlxc_wtype_row_bytes(type, cols);
+    char *data = malloc((size_t)rows * rb);
+    for (int r = 0; r < rows; r++) rlxc_quantize_row(type, data + r * rb, f + (size_t)r * cols, cols);
+    free(f);
+    return (rlxc_weight){.type = type, .rows = rows, .cols = cols, .data = data, .borrowed = 1};
+}
+
+static void configure(rlxc_layer *l, int i) {
+    rlxc_layer_init(l);
+    l->hidden_size = H;
+    l->intermediate_size = 160;
+    l->num_q_heads = 4;
+    l->num_kv_heads = 2;
+    l->head_dim = 24;
+    l->attn_scale = 0.2f;
+    l->rotary_dim = i % 2 ? 24 : 16; /* partial RoPE on even layers */
+    l->rope_base = i % 2 ? 1e6f : 1e4f;
+    l->sliding_window = i % 2 ? 0 : 5;
+    l->has_qk_norm = i >= 1;
+    l->qkv_bias = i == 0;
+    l->sandwich_norm = i >= 2;
+    l->kv_shared_from = i == 3 ? 1 : -1;
+    l->activation = i % 2 ? RLXC_GELU_TANH : RLXC_SILU;
+    l->ffn_type = i == 2 ? RLXC_STANDARD : RLXC_GATED;
+    l->ffn_up_bias = l->ffn_down_bias = i == 2;
+    l->norm_offset = i == 1 ? 1.0f : 0.0f;
+    l->attn_softcap = i == 2 ? 30.0f : 0.0f;
+    l->layer_scalar = i == 3 ? 0.5f : 1.0f;
+    l->ple_dim = P;
+}
+
+/* Every slot the layer uses: matrices in q4_0 / q8_0 / f32 by layer, vectors near 1 (norms) or 0. */
+static int fill(rlxc_layer *l, int i, char *err) {
+    static const rlxc_wtype types[NL] = {RLXC_Q4_0, RLXC_Q8_0, RLXC_F32, RLXC_Q4_0};
+    for (int s = 0; s < RLXC_W_COUNT; s++) {
+        if (!rlxc_wslot_used(l, (rlxc_wslot)s)) continue;
+        int rows, cols;
+        rlxc_wslot_shape(l, (rlxc_wslot)s, &rows, &cols);
+        const int matrix = rlxc_wslot_is_matrix((rlxc_wslot)s), norm = strstr(rlxc_wslot_name((rlxc_wslot)s), "norm") != NULL;
+        float *x = random_floats((size_t)rows * cols, matrix ? 0.3f : 0.1f, norm && !matrix ? 1.0f : 0.0f);
+        const rlxc_wtype t = matrix && cols % 32 == 0 ? types[i] : RLXC_F32;
+        const int rc = rlxc_layer_set_weight(l, (rlxc_wslot)s, x, rows, cols, t, err);
+        free(x);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+static float max_diff(const float *a, const float *b, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i] - b[i]) > m ? fabsf(a[i] - b[i]) : m;
+    return m;
+}
+
+/* Prefill the prompt then decode T_DECODE tokens: every logit, [T_PROMPT + T_DECODE][V]. */
+static int run(rlxc_model *m, const int32_t *ids, float *logits, char *err) {
+    if (rlxc_pipeline_reset(rlxc_model_pipeline(m), err) ||
+        rlxc_model_prefill(m, ids, T_PROMPT, RLXC_LOGITS_ALL, logits, NULL, err))
+        return -1;
+    for (int t = 0; t < T_DECODE; t++)
+        if (rlxc_model_decode(m, ids[T_PROMPT + t], T_PROMPT + t, logits + (size_t)(T_PROMPT + t) * V, err)) return -1;
+    return 0;
+}
+
+static void test_isa(const char *isa, rlxc_model *m, const int32_t *ids) {
+    char err[RLXC_ERRLEN];
+    rlxc_pipeline *p = rlxc_model_pipeline(m);
+    const size_t n = (size_t)(T_PROMPT + T_DECODE) * V;
+    float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    static const int threads[] = {1, 2, 3, 7};
+    for (int act = RLXC_ACT_Q8; act <= RLXC_ACT_F32; act++) {
+        rlxc_pipeline_set_act(p, (rlxc_act)act);
+        int same = 1;
+        for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
+            rlxc_pipeline_set_threads(p, threads[k]);
+            if (run(m, ids, k ? got : ref, err)) {
+                printf("  error: %s\n", err);
+                same = 0;
+                break;
+            }
+            if (k && memcmp(ref, got, n * sizeof(float))) {
+                printf("  %d threads differ from 1 thread by up to %g\n", threads[k], max_diff(ref, got, n));
+                same = 0;
+            }
+        }
+        check(same, isa, act == RLXC_ACT_Q8 ? "identical logits on 1, 2, 3, 7 threads (q8 activations)"
+                                            : "identical logits on 1, 2, 3, 7 threads (f32 activations)");
+        /* prefill of the whole sequence against the decodes above (ref: prompt prefill + decodes) */
+        rlxc_pipeline_set_threads(p, 3);
+        rlxc_pipeline_reset(p, err);
+        float *pre = malloc(n * sizeof(float));
+        const int ok = !rlxc_model_prefill(m, ids, T_PROMPT + T_DECODE, RLXC_LOGITS_ALL, pre, NULL, err);
+        const float tol = 1e-4f * max_abs(ref, n), d = ok ? max_diff(pre + (size_t)T_PROMPT * V, ref + (size_t)T_PROMPT * V, (size_t)T_DECODE * V) : INFINITY;
+        if (!ok) printf("  error: %s\n", err);
+        else if (d > tol) printf("  prefill vs decode: %g > %g\n", d, tol);
+        check(d <= tol, isa, "prefill logits match token-by-token decode (1e-4 of the largest logit)");
+        free(pre);
+    }
+    /* rewind: decode again at a position inside the cache */
+    rlxc_pipeline_set_act(p, RLXC_ACT_Q8);
+    rlxc_pipeline_set_threads(p, 2);
+    int ok = !run(m, ids, ref, err);
+    float again[V];
+    ok = ok && !rlxc_model_decode(m, ids[T_PROMPT + 1], T_PROMPT + 1, again, err);
+    check(ok && !memcmp(again, ref + (size_t)(T_PROMPT + 1) * V, sizeof again), isa,
+          "a rewind reproduces the logits of that position");
+    /* bad calls fail with a message and keep the cache */
+    const int n_past = rlxc_pipeline_n_past(p);
+    int32_t bad[2] = {3, V};
+    err[0] = 0;
+    ok = rlxc_model_prefill(m, bad, 2, RLXC_LOGITS_LAST, again, NULL, err) && strstr(err, "vocabulary");
+    ok = ok && rlxc_model_decode(m, -1, n_past, again, err) && strstr(err, "vocabulary");
+    ok = ok && rlxc_model_decode(m, 1, n_past + 1, again, err) && strstr(err, "past");
+    ok = ok && rlxc_model_prefill(m, ids, MAX_SEQ, RLXC_LOGITS_NONE, NULL, NULL, err) && strstr(err, "max_seq");
+    check(ok && rlxc_pipeline_n_past(p) == n_past, isa, "bad ids and positions fail cleanly");
+    free(ref);
+    free(got);
+}
+
+int main(void) {
+    char err[RLXC_ERRLEN];
+    if (rlxc_kernels_init(err, sizeof err)) {
+        printf("kernel init: %s\n", err);
+        return 1;
+    }
+    rlxc_layer layers[NL], *ptrs[NL];
+    for (int i = 0; i < NL; i++) {
+        configure(&layers[i], i);
+        ptrs[i] = &layers[i];
+        if (fill(&layers[i], i, err)) {
+            printf("layer %d: %s\n", i, err);
+            return 1;
+        }
+    }
+    rlxc_pipeline *p = rlxc_pipeline_create(ptrs, NL, MAX_SEQ, 1, err);
+    if (!p) {
+        printf("pipeline: %s\n", err);
+        return 1;
+    }
+    float *norm = random_floats(H, 0.1f, 1.0f), *ple_norm = random_floats(P, 0.1f, 1.0f);
+    rlxc_model_parts parts = {
+        .embed = make_matrix(V, H, RLXC_Q8_0, 1.0f), .embed_scale = sqrtf(H),
+        .lm_head = make_matrix(V, H, RLXC_Q4_0, 0.3f),
+        .norm_type = RLXC_RMSNORM, .norm = {.type = RLXC_F32, .rows = 1, .cols = H, .data = norm, .borrowed = 1},
+        .norm_eps = 1e-6f, .final_softcap = 15.0f,
+        .ple_embed = make_matrix(V, NL * P, RLXC_Q8_0, 1.0f), .ple_proj = make_matrix(NL * P, H, RLXC_F32, 0.3f),
+        .ple_norm = {.type = RLXC_F32, .rows = 1, .cols = P, .data = ple_norm, .borrowed = 1},
+        .ple_embed_scale = sqrtf(P), .ple_proj_scale = 1.0f / sqrtf(H), .ple_input_scale = 1.0f / sqrtf(2.0f),
+        .ple_eps = 1e-6f,
+    };
+    rlxc_model *m = rlxc_model_create(p, &parts, err);
+    if (!m) {
+        printf("model: %s\n", err);
+        return 1;
+    }
+    int32_t ids[T_PROMPT + T_DECODE];
+    for (int t = 0; t < T_PROMPT + T_DECODE; t++) ids[t] = (int32_t)((t * 17 + 5) % V);
+    static const char *isas[] = {"scalar", "avx2", "avx512", "neon"};
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
+        if (!rlxc_kernels_available(isas[i]) || rlxc_kernels_select(isas[i], err, sizeof err)) continue;
+        test_isa(isas[i], m, ids);
+    }
+    rlxc_model_free(m);
+    rlxc_pipeline_free(p);
+    for (int i = 0; i < NL; i++) rlxc_layer_free(&layers[i]);
+    free(parts.embed.data), free(parts.lm_head.data), free(parts.ple_embed.data), free(parts.ple_proj.data);
+    free(norm), free(ple_norm);
+    if (failures) {
+        printf("%d model checks FAILED\n", failures);
+        return 1;
+    }
+    printf("all model checks passed\n");
+    return 0;
+}
