@@ -28,12 +28,12 @@ typedef struct {
     const rlxc_weight *w, *bias;
 } rlxc_product;
 
-/* Bytes of the quantized copies of T rows of K (every format slot). */
-size_t rlxc_xin_scratch_bytes(int K, int T);
+/* Bytes of the quantized copies of T rows of K (every format slot; for one token, a copy per thread). */
+size_t rlxc_xin_scratch_bytes(int K, int T, int n_threads);
 /* Floats of one thread's dequantized rows (RLXC_ACT_F32 with T > 1; else 0). */
 size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act);
-/* Whole team: quantize x for the weights ws[0..n) into scratch (rlxc_xin_scratch_bytes); ends
- * with a barrier when anything was quantized. */
+/* Whole team: quantize x for the weights ws[0..n) into scratch (rlxc_xin_scratch_bytes): T > 1
+ * split between threads and ending with a barrier, one token by each thread for itself. */
 void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, int K,
                       const rlxc_weight *const *ws, int n, rlxc_act act, void *scratch);
 /* Rows [r0, r1) of one product; dq: this thread's rlxc_dq_scratch_floats. */

@@ -23,7 +23,8 @@ static size_t x_row_bytes(const rlxc_wtype_kernels *k, int K) {
     return k->quantize_x ? (size_t)(K / k->x_block) * k->x_block_bytes : 0;
 }
 
-size_t rlxc_xin_scratch_bytes(int K, int T) {
+/* Bytes of T quantized rows of K in every format slot. */
+static size_t xin_bytes(int K, int T) {
     size_t most = 0; /* the widest activation blocks of any weight type, for each format slot */
     for (int t = 0; t < RLXC_WTYPE_IDS; t++) {
         const size_t b = x_row_bytes(kernels_of((rlxc_wtype)t), K);
@@ -32,13 +33,18 @@ size_t rlxc_xin_scratch_bytes(int K, int T) {
     return RLXC_X_FORMATS * (size_t)T * most;
 }
 
+size_t rlxc_xin_scratch_bytes(int K, int T, int n_threads) {
+    const size_t shared = xin_bytes(K, T), own = (size_t)(n_threads > 1 ? n_threads : 1) * xin_bytes(K, 1);
+    return T == 1 && own > shared ? own : shared;
+}
+
 size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act) {
     /* decode takes the fused matvecs, which need no scratch */
     return act == RLXC_ACT_F32 && T > 1 ? (size_t)DQ_ROWS * K : 0;
 }
 
 size_t rlxc_linear_scratch_bytes(int cols, int T, int n_threads, rlxc_act act) {
-    return rlxc_xin_scratch_bytes(cols, T) +
+    return rlxc_xin_scratch_bytes(cols, T, n_threads) +
            (size_t)(n_threads > 1 ? n_threads : 1) * rlxc_dq_scratch_floats(cols, T, act) * sizeof(float);
 }
 
@@ -47,7 +53,11 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
     memset(in, 0, sizeof *in);
     in->x = x, in->T = T, in->K = K, in->act = act;
     if (act != RLXC_ACT_Q8) return;
-    const size_t slot_bytes = rlxc_xin_scratch_bytes(K, T) / RLXC_X_FORMATS;
+    /* One token: each thread quantizes the row into its own slots, which costs less than the
+     * barrier a shared copy needs (decode's products then need no barrier before them). */
+    const int own = T == 1 && tm->nth > 1;
+    const size_t slot_bytes = xin_bytes(K, T) / RLXC_X_FORMATS;
+    if (own) scratch = (char *)scratch + (size_t)tm->ith * xin_bytes(K, 1);
     for (int i = 0; i < n; i++) {
         const rlxc_wtype_kernels *k = kernels_of(ws[i]->type);
         if (!k->quantize_x) continue;
@@ -63,8 +73,8 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
     /* Blocks are quantized independently, so a token's row may be cut between threads. */
     for (int f = 0; f < in->n_fmt; f++) {
         const size_t nb = (size_t)K / in->x_block[f];
-        size_t a, b;
-        rlxc_team_share(tm, (size_t)T * nb, 1, &a, &b);
+        size_t a = 0, b = nb;
+        if (!own) rlxc_team_share(tm, (size_t)T * nb, 1, &a, &b);
         while (a < b) {
             const size_t t = a / nb, b0 = a - t * nb, b1 = (t + 1) * nb < b ? nb : b - t * nb;
             in->fmt[f]((char *)in->q[f] + t * in->row_bytes[f] + b0 * in->block_bytes[f],
@@ -72,7 +82,7 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
             a = t * nb + b1;
         }
     }
-    if (in->n_fmt) rlxc_team_sync(tm);
+    if (in->n_fmt && !own) rlxc_team_sync(tm);
 }
 
 /* The activations w's products take: its quantized slot, or the float rows. */
@@ -136,7 +146,7 @@ typedef struct {
     float *y;
     const rlxc_weight *w;
     const float *x;
-    int T;
+    int T, n_threads;
     void *scratch;
     rlxc_act act;
 } linear_call;
@@ -145,7 +155,7 @@ static void linear_stage(const rlxc_team *tm, void *arg) {
     const linear_call *c = arg;
     rlxc_xin in;
     rlxc_xin_prepare(tm, &in, c->x, c->T, c->w->cols, &c->w, 1, c->act, c->scratch);
-    float *dq = (float *)((char *)c->scratch + rlxc_xin_scratch_bytes(c->w->cols, c->T)) +
+    float *dq = (float *)((char *)c->scratch + rlxc_xin_scratch_bytes(c->w->cols, c->T, c->n_threads)) +
                 (size_t)tm->ith * rlxc_dq_scratch_floats(c->w->cols, c->T, c->act);
     int r0, r1;
     rlxc_linear_share(tm, c->w->rows, &r0, &r1);
@@ -153,6 +163,7 @@ static void linear_stage(const rlxc_team *tm, void *arg) {
 }
 
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *scratch, rlxc_act act) {
-    linear_call c = {y, w, x, T, scratch, act};
-    rlxc_team_run(n_threads < w->rows ? n_threads : w->rows, linear_stage, &c);
+    const int nth = n_threads < w->rows ? n_threads : w->rows;
+    linear_call c = {y, w, x, T, nth, scratch, act};
+    rlxc_team_run(nth, linear_stage, &c);
 }

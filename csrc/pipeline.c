@@ -211,7 +211,7 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
     }
     const int nth = n_threads > 1 ? n_threads : 1;
     const size_t need = (max_floats_per_token(p) + extra_floats) * (size_t)T + rope;
-    const size_t need_xq = rlxc_xin_scratch_bytes(max_in, T);
+    const size_t need_xq = rlxc_xin_scratch_bytes(max_in, T, nth);
     const size_t dq_stride = rlxc_dq_scratch_floats(max_in, T, p->act), need_dq = dq_stride * nth;
     if (need > s->cap_floats) {
         s->cap_floats = 0;
