@@ -7,16 +7,22 @@
 
 #include <stddef.h>
 
+/* The team's barrier (threads.c): a waiting thread spins for a while, then sleeps on a futex. */
+typedef struct {
+    _Atomic int arrived, sleepers, n;
+    _Atomic unsigned gen;
+} rlxc_barrier;
+
+void rlxc_barrier_wait(rlxc_barrier *b);
+
 typedef struct {
     int ith, nth; /* this thread's index, the team's size */
+    rlxc_barrier *bar;
 } rlxc_team;
 
-/* Every thread of the team waits here until all have arrived. A team of one (a forked child,
- * see threads.c) never touches OpenMP. */
+/* Every thread of the team waits here until all have arrived. */
 static inline void rlxc_team_sync(const rlxc_team *tm) {
-    if (tm->nth > 1) {
-#pragma omp barrier
-    }
+    if (tm->nth > 1) rlxc_barrier_wait(tm->bar);
 }
 
 /* This thread's contiguous share [*a, *b) of n items, cut at multiples of `align`. */
@@ -26,7 +32,8 @@ static inline void rlxc_team_share(const rlxc_team *tm, size_t n, size_t align, 
     *b = n - *a > chunk ? *a + chunk : n;
 }
 
-/* Run fn(team, arg) on up to n_threads threads (one in a forked child); returns when all are done. */
+/* Run fn(team, arg) on up to n_threads threads (one in a forked child, never touching OpenMP);
+ * returns when all are done. */
 void rlxc_team_run(int n_threads, void (*fn)(const rlxc_team *tm, void *arg), void *arg);
 
 #endif

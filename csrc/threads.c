@@ -2,15 +2,24 @@
  * parallel region after the parent used threads hangs. So a forked child runs the engine
  * single-threaded, without ever entering an OpenMP construct. */
 #define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 #include "rlxc.h"
 #include "team.h"
+
+#define RLXC_SPIN_US_DEFAULT 50
 
 static volatile int in_fork_child;
 
@@ -58,19 +67,78 @@ int rlxc_threads_default(void) {
 #endif
 }
 
+/* How long a thread at a barrier spins before it sleeps (RLXC_SPIN_US, microseconds). Spinning
+ * answers in nanoseconds when the others are close behind, as on an idle machine; sleeping
+ * gives the core back, so that on a loaded machine the scheduler can move a preempted team
+ * thread onto it. */
+static long spin_ns(void) {
+    static _Atomic long ns = -1;
+    long v = atomic_load_explicit(&ns, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("RLXC_SPIN_US");
+        v = env && atoi(env) >= 0 ? 1000L * atoi(env) : 1000L * RLXC_SPIN_US_DEFAULT;
+        atomic_store_explicit(&ns, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static void futex(_Atomic unsigned *addr, int op, unsigned val) {
+    syscall(SYS_futex, (unsigned *)addr, op, val, NULL, NULL, 0);
+}
+
+/* The last thread to arrive starts the next generation; the others wait for it to change.
+ * A sleeper registers before its last look at gen, the waker bumps gen before it looks at the
+ * sleepers (both sequentially consistent), so one of them sees the other: no lost wake-up. */
+void rlxc_barrier_wait(rlxc_barrier *b) {
+    const unsigned gen = atomic_load(&b->gen);
+    if (atomic_fetch_add(&b->arrived, 1) == atomic_load_explicit(&b->n, memory_order_relaxed) - 1) {
+        atomic_store(&b->arrived, 0);
+        atomic_fetch_add(&b->gen, 1);
+        if (atomic_load(&b->sleepers)) futex(&b->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+        return;
+    }
+    const long budget = spin_ns();
+    const uint64_t t0 = budget ? now_ns() : 0;
+    for (unsigned i = 1; budget; i++) {
+        if (atomic_load_explicit(&b->gen, memory_order_acquire) != gen) return;
+        cpu_relax();
+        if (!(i & 63) && now_ns() - t0 > (uint64_t)budget) break;
+    }
+    atomic_fetch_add(&b->sleepers, 1);
+    while (atomic_load(&b->gen) == gen) futex(&b->gen, FUTEX_WAIT_PRIVATE, gen);
+    atomic_fetch_sub(&b->sleepers, 1);
+}
+
 void rlxc_team_run(int n_threads, void (*fn)(const rlxc_team *tm, void *arg), void *arg) {
     const int nth = rlxc_threads_usable(n_threads);
     if (nth == 1) {
-        fn(&(rlxc_team){0, 1}, arg);
+        fn(&(rlxc_team){0, 1, NULL}, arg);
         return;
     }
+    rlxc_barrier bar = {0};
 #pragma omp parallel num_threads(nth)
     {
 #ifdef _OPENMP
-        const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads()};
+        const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads(), &bar};
 #else
-        const rlxc_team tm = {0, 1};
+        const rlxc_team tm = {0, 1, &bar};
 #endif
+        /* every thread stores the same size (OpenMP may grant fewer threads than asked) */
+        atomic_store_explicit(&bar.n, tm.nth, memory_order_relaxed);
         fn(&tm, arg);
     }
 }

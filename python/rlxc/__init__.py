@@ -7,11 +7,13 @@ objects; a :class:`rlxc.Pipeline` runs a stack of them over per-layer KV caches.
 import os as _os
 from typing import Any as _Any
 
-# GNU OpenMP spins 300k iterations at each barrier by default. A decode step runs a few
-# hundred short parallel regions, and on a shared machine a spinning thread steals the core
-# that the thread it waits for needs (measured here under load: 2-thread decode 4 tok/s by
-# default vs 93-123 tok/s with 1000). Read once when libgomp loads, so set it before the
-# extension; an explicit GOMP_SPINCOUNT or OMP_WAIT_POLICY from the user wins.
+# GNU OpenMP spins 300k iterations at each of its barriers by default, and on a shared machine a
+# spinning thread steals the core that the thread it waits for needs (measured here under load:
+# 2-thread decode 4 tok/s by default vs 93-123 tok/s with 1000, when every op opened its own
+# parallel region). The engine now opens one region per call and waits between its stages on a
+# barrier of its own (spin RLXC_SPIN_US microseconds, default 50, then sleep: csrc/threads.c);
+# OpenMP's own barrier remains at each region's end. Read once when libgomp loads, so set it
+# before the extension; an explicit GOMP_SPINCOUNT or OMP_WAIT_POLICY from the user wins.
 if "GOMP_SPINCOUNT" not in _os.environ and "OMP_WAIT_POLICY" not in _os.environ:
     _os.environ["GOMP_SPINCOUNT"] = "1000"
 
