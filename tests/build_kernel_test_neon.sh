@@ -115,6 +115,11 @@ for d in "${!ARM_FLAGS[@]}"; do objs+=("$OUT/ext/${d}"_*.o); done
 # Objects, not an archive: dispatch.c's weak table getters would keep the linker from
 # pulling the NEON table out of a .a.
 "$CC" -O2 -std=gnu11 -Wall -Wextra tests/test_kernels.c "${objs[@]}" -lsleef -lm -o "$OUT/test_kernels"
+# The whole-model engine (tests/test_model.c) on the same objects plus the engine's own.
+eng=()
+for f in layer linear pipeline model threads; do eng+=("$OUT/ext/csrc_$f.o"); done
+"$CC" -O2 -std=gnu11 -Wall -Wextra -Icsrc tests/test_model.c "${objs[@]}" "${eng[@]}" -fopenmp -lsleef -lm \
+    -o "$OUT/test_model"
 grep -q 'Machine:.*AArch64' <<< "$("${CC%gcc}readelf" -h "$OUT/test_kernels")" || fail "$OUT/test_kernels is not an aarch64 executable"
 [ $RUN = 1 ] || exit 0
 
@@ -161,4 +166,8 @@ run scalar max any -- scalar
 run neon_dotprod max dot -- neon
 run neon_plain_cortex_a53 cortex-a53 nodot -- neon
 run neon_plain_forced max nodot RLXC_NEON_NODOT=1 -- neon
+# one thread: a libgomp program hangs in its thread start under qemu-user here
+echo "== model: qemu -cpu max test_model 1 (scalar and NEON tables)"
+"$QEMU" -L "$SYSROOT" -cpu max "$OUT/test_model" 1 | tee "$OUT/out_model.txt" || fail "test_model failed under qemu"
+grep -q "all model checks passed" "$OUT/out_model.txt" || fail "test_model did not finish"
 echo "neon kernel test: all runs passed"
