@@ -378,10 +378,10 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_team_sync(tm);
     rlxc_team_share(tm, (size_t)T * np, 1, &a, &e);
     for (size_t it = a; it < e; it++) rope_angle(l, b.inv[it % np], pos0 + (int)(it / np), b.cs + it, b.sn + it);
-    const rlxc_weight *qkv_b = l->qkv_bias ? w : NULL;
-    rlxc_product qkv[3] = {{b.q, &w[RLXC_W_Q], qkv_b ? &w[RLXC_W_Q_B] : NULL},
-                           {b.k, &w[RLXC_W_K], qkv_b ? &w[RLXC_W_K_B] : NULL},
-                           {b.v, &w[RLXC_W_V], qkv_b ? &w[RLXC_W_V_B] : NULL}};
+    const int qb = l->qkv_bias;
+    rlxc_product qkv[3] = {{b.q, &w[RLXC_W_Q], qb ? &w[RLXC_W_Q_B] : NULL},
+                           {b.k, &w[RLXC_W_K], qb ? &w[RLXC_W_K_B] : NULL},
+                           {b.v, &w[RLXC_W_V], qb ? &w[RLXC_W_V_B] : NULL}};
     rlxc_products(p, tm, b.xa, T, H, qkv, own ? (l->v_from_k ? 2 : 3) : 1);
     rlxc_team_sync(tm);
     qkv_heads(p, tm, li, &b, T, pos0);
