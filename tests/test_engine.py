@@ -174,3 +174,35 @@ def test_one_thread_team_per_call_is_fork_safe():
     got = os.read(r, 1)
     os.waitpid(pid, 0)
     assert got == b"1"
+
+
+@pytest.mark.skipif(bool(__import__("os").environ.get("RLXC_SANITIZED")), reason="RSS is meaningless under ASan")
+def test_memory_flat_over_5000_model_decodes_and_50_engines():
+    from test_robustness import rss_kb
+    model = rlxc.from_hf(build("gemma4_ple"), weights="q4_0", max_seq=64, threads=2)
+    ids = token_ids(8)
+    for i in range(300):  # warm up the allocator and the scratch
+        if model.n_past >= 60:
+            model.reset()
+        model.decode(int(ids[i % 8]))
+    gc.collect()
+    start = rss_kb()
+    for i in range(5000):
+        if model.n_past >= 60:
+            model.reset()
+        model.decode(int(ids[i % 8]))
+    gc.collect()
+    grown = rss_kb() - start
+    assert grown < 512, f"RSS grew by {grown} kB over 5,000 decodes"
+    norm = model.norm_weight
+    model.reset()                  # drops the engine; the next call builds one
+    refs = sys.getrefcount(norm)
+    start = rss_kb()
+    for _ in range(50):  # engines rebuilt (a model part assigned) and dropped
+        model.final_softcap = model.final_softcap
+        model.prefill(ids[:3], logits="last")
+        model.reset()
+    gc.collect()
+    grown = rss_kb() - start
+    assert grown < 1024, f"RSS grew by {grown} kB over 50 engines"
+    assert sys.getrefcount(norm) == refs, "dropped engines kept their arrays"
