@@ -36,13 +36,13 @@ size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act);
  * split between threads and ending with a barrier, one token by each thread for itself. */
 void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, int K,
                       const rlxc_weight *const *ws, int n, rlxc_act act, void *scratch);
-/* Rows [r0, r1) of one product; dq: this thread's rlxc_dq_scratch_floats. */
-void rlxc_linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, const rlxc_xin *in, int r0, int r1,
-                      float *dq);
-/* This thread's rows [r0, r1) of a product of N rows. */
-void rlxc_linear_share(const rlxc_team *tm, int N, int *r0, int *r1);
-/* This thread's share of several products of one input, their rows split as one range. No barrier. */
+/* This thread's share of several products of one input, their rows split as one range; dq: this
+ * thread's rlxc_dq_scratch_floats. No barrier. */
 void rlxc_linear_team(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq);
+/* Products with the same number of rows, each split alike: this thread computes rows [*r0, *r1) of
+ * every one, so an element-wise op on their outputs needs no barrier. No barrier. */
+void rlxc_linear_alike(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq, int *r0,
+                       int *r1);
 
 typedef struct {
     float *k, *v;   /* [num_kv_heads][max_seq][head_dim], NULL for layers that share another's */
@@ -80,6 +80,10 @@ float *rlxc_pipeline_extra(const rlxc_pipeline *p, int T);
  * this thread's rows of each. No barrier after it. */
 void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K, const rlxc_product *ps,
                    int n);
+/* The same for products with the same rows, split alike (rlxc_linear_alike): this thread's rows
+ * [*r0, *r1) of each. No barrier after it. */
+void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
+                         const rlxc_product *ps, int n, int *r0, int *r1);
 /* Whole team: the layers over x[T][H] in place at positions pos0..; ple [T][ple_stride] or NULL;
  * layer_out NULL or [n_layers][T][H]. Enters and leaves without a barrier of its own: x rows are
  * read and written by the thread that owns them in rlxc_team_share(T, 1). */

@@ -92,8 +92,9 @@ static const void *xin_for(const rlxc_xin *in, const rlxc_wtype_kernels *k) {
     return in->x;
 }
 
-void rlxc_linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, const rlxc_xin *in, int r0, int r1,
-                      float *dq) {
+/* Rows [r0, r1) of one product; dq: this thread's rlxc_dq_scratch_floats. */
+static void linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, const rlxc_xin *in, int r0, int r1,
+                        float *dq) {
     const rlxc_wtype_kernels *k = kernels_of(w->type);
     const int N = w->rows, K = w->cols, n = r1 - r0, T = in->T;
     if (n <= 0) return;
@@ -121,7 +122,8 @@ void rlxc_linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, c
             rlxc_kernels_active()->add(y + (size_t)t * N + r0, (const float *)bias->data + r0, n);
 }
 
-void rlxc_linear_share(const rlxc_team *tm, int N, int *r0, int *r1) {
+/* This thread's rows [r0, r1) of a product of N rows. */
+static void linear_share(const rlxc_team *tm, int N, int *r0, int *r1) {
     size_t a, b;
     /* multiples of 16 so that the 16-row SIMD tiles stay whole (the AVX-512 GEMMs' 32- and
      * 48-row tiles may end in a partial one per thread) */
@@ -138,8 +140,14 @@ void rlxc_linear_team(const rlxc_team *tm, const rlxc_xin *in, const rlxc_produc
     for (int i = 0; i < n && off < b; off += (size_t)ps[i].w->rows, i++) {
         const size_t N = (size_t)ps[i].w->rows;
         const size_t r0 = a > off ? a - off : 0, r1 = b - off < N ? b - off : N;
-        if (r0 < r1) rlxc_linear_rows(ps[i].y, ps[i].w, ps[i].bias, in, (int)r0, (int)r1, dq);
+        if (r0 < r1) linear_rows(ps[i].y, ps[i].w, ps[i].bias, in, (int)r0, (int)r1, dq);
     }
+}
+
+void rlxc_linear_alike(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq, int *r0,
+                       int *r1) {
+    linear_share(tm, ps[0].w->rows, r0, r1);
+    for (int i = 0; i < n; i++) linear_rows(ps[i].y, ps[i].w, ps[i].bias, in, *r0, *r1, dq);
 }
 
 typedef struct {
@@ -158,8 +166,7 @@ static void linear_stage(const rlxc_team *tm, void *arg) {
     float *dq = (float *)((char *)c->scratch + rlxc_xin_scratch_bytes(c->w->cols, c->T, c->n_threads)) +
                 (size_t)tm->ith * rlxc_dq_scratch_floats(c->w->cols, c->T, c->act);
     int r0, r1;
-    rlxc_linear_share(tm, c->w->rows, &r0, &r1);
-    rlxc_linear_rows(c->y, c->w, NULL, &in, r0, r1, dq);
+    rlxc_linear_alike(tm, &in, &(rlxc_product){c->y, c->w, NULL}, 1, dq, &r0, &r1);
 }
 
 void rlxc_linear(float *y, const rlxc_weight *w, const float *x, int T, int n_threads, void *scratch, rlxc_act act) {

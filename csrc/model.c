@@ -146,11 +146,8 @@ static void model_team(const rlxc_team *tm, void *arg) {
     }
     rlxc_team_sync(tm);
     const rlxc_weight *lm = &mp->lm_head;
-    rlxc_xin in;
-    rlxc_xin_prepare(tm, &in, normed, c->rows, H, &lm, 1, p->act, p->s.xq);
     int r0, r1;
-    rlxc_linear_share(tm, lm->rows, &r0, &r1);
-    rlxc_linear_rows(c->logits, lm, NULL, &in, r0, r1, p->s.dq + (size_t)tm->ith * p->dq_stride);
+    rlxc_products_alike(p, tm, normed, c->rows, H, &(rlxc_product){c->logits, lm, NULL}, 1, &r0, &r1);
     if (mp->final_softcap > 0.0f)
         for (int r = 0; r < c->rows && r0 < r1; r++)
             kn->softcap(c->logits + (size_t)r * lm->rows + r0, mp->final_softcap, r1 - r0);

@@ -199,20 +199,29 @@ static int regrow(void **slot, size_t bytes) {
     return 0;
 }
 
+/* The widest input a product of layer l takes: hidden, heads x head_dim, the FFN or the PLE. */
+static size_t widest_input(const rlxc_layer *l) {
+    const size_t widths[] = {(size_t)l->hidden_size, (size_t)l->num_q_heads * l->head_dim,
+                             (size_t)l->intermediate_size, (size_t)l->ple_dim};
+    size_t most = 0;
+    for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) most = widths[k] > most ? widths[k] : most;
+    return most;
+}
+
 /* Grow scratch to hold T tokens of the largest layer (plus extra_floats per token) on n_threads. */
 static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
     rlxc_scratch *s = &p->s;
-    int max_in = 0, rope = 0;
+    size_t max_in = 0;
+    int rope = 0;
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
         rope = l->rotary_dim / 2 > rope ? l->rotary_dim / 2 : rope;
-        const int widths[] = {l->hidden_size, l->num_q_heads * l->head_dim, l->intermediate_size, l->ple_dim};
-        for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) max_in = widths[k] > max_in ? widths[k] : max_in;
+        max_in = widest_input(l) > max_in ? widest_input(l) : max_in;
     }
     const int nth = n_threads > 1 ? n_threads : 1;
     const size_t need = (max_floats_per_token(p) + extra_floats) * (size_t)T + rope;
-    const size_t need_xq = rlxc_xin_scratch_bytes(max_in, T, nth);
-    const size_t dq_stride = rlxc_dq_scratch_floats(max_in, T, p->act), need_dq = dq_stride * nth;
+    const size_t need_xq = rlxc_xin_scratch_bytes((int)max_in, T, nth);
+    const size_t dq_stride = rlxc_dq_scratch_floats((int)max_in, T, p->act), need_dq = dq_stride * nth;
     if (need > s->cap_floats) {
         s->cap_floats = 0;
         if (regrow((void **)&s->act, need * sizeof(float))) FAIL("out of memory for scratch of %d tokens", T);
@@ -241,15 +250,10 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
 
 /* Kernels count elements in int: T times any per-token width is at most RLXC_MAX_COUNT. */
 static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
-    for (int i = 0; i < p->n_layers; i++) {
-        const rlxc_layer *l = p->layers[i];
-        const size_t widths[] = {(size_t)l->hidden_size, (size_t)l->num_q_heads * l->head_dim,
-                                 (size_t)l->intermediate_size, (size_t)l->ple_dim};
-        for (size_t k = 0; k < sizeof widths / sizeof *widths; k++)
-            if ((size_t)T * widths[k] > RLXC_MAX_COUNT)
-                FAIL("%d tokens of layer %d's width %zu exceed what one call can hold: split the prefill", T, i,
-                     widths[k]);
-    }
+    for (int i = 0; i < p->n_layers; i++)
+        if ((size_t)T * widest_input(p->layers[i]) > RLXC_MAX_COUNT)
+            FAIL("%d tokens of layer %d's width %zu exceed what one call can hold: split the prefill", T, i,
+                 widest_input(p->layers[i]));
     return 0;
 }
 
@@ -299,13 +303,27 @@ static void activate(const rlxc_layer *l, float *x, size_t n) {
     else kn->gelu_tanh(x, x, (int)n);
 }
 
-void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K, const rlxc_product *ps,
-                     int n) {
+/* x prepared for the products' weights (at most 4); returns this thread's dq. */
+static float *prepare(rlxc_pipeline *p, const rlxc_team *tm, rlxc_xin *in, const float *x, int T, int K,
+                      const rlxc_product *ps, int n) {
     const rlxc_weight *ws[4];
     for (int i = 0; i < n; i++) ws[i] = ps[i].w;
+    rlxc_xin_prepare(tm, in, x, T, K, ws, n, p->act, p->s.xq);
+    return p->s.dq + (size_t)tm->ith * p->dq_stride;
+}
+
+void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K, const rlxc_product *ps,
+                   int n) {
     rlxc_xin in;
-    rlxc_xin_prepare(tm, &in, x, T, K, ws, n, p->act, p->s.xq);
-    rlxc_linear_team(tm, &in, ps, n, p->s.dq + (size_t)tm->ith * p->dq_stride);
+    float *dq = prepare(p, tm, &in, x, T, K, ps, n);
+    rlxc_linear_team(tm, &in, ps, n, dq);
+}
+
+void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
+                         const rlxc_product *ps, int n, int *r0, int *r1) {
+    rlxc_xin in;
+    float *dq = prepare(p, tm, &in, x, T, K, ps, n);
+    rlxc_linear_alike(tm, &in, ps, n, dq, r0, r1);
 }
 
 /* Per-head work after the Q/K/V products, item by item: the T * nq query heads (q-norm, RoPE),
@@ -400,19 +418,13 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
 
     /* feed-forward block: gate and up split alike, so each thread activates its own rows */
     {
-        const int gated = l->ffn_type == RLXC_GATED, up_b = l->ffn_up_bias;
-        const rlxc_weight *ws[2] = {&w[RLXC_W_UP], &w[RLXC_W_GATE]};
-        rlxc_xin in;
-        rlxc_xin_prepare(tm, &in, b.xa, T, H, ws, gated ? 2 : 1, p->act, p->s.xq);
-        float *dq = p->s.dq + (size_t)tm->ith * p->dq_stride;
+        const int gated = l->ffn_type == RLXC_GATED, ub = l->ffn_up_bias;
+        /* gated: f1 = gate, f2 = up; standard: f1 = up */
+        const rlxc_product ffn[2] = {{b.f1, &w[gated ? RLXC_W_GATE : RLXC_W_UP],
+                                      ub ? &w[gated ? RLXC_W_GATE_B : RLXC_W_UP_B] : NULL},
+                                     {b.f2, &w[RLXC_W_UP], ub ? &w[RLXC_W_UP_B] : NULL}};
         int r0, r1;
-        rlxc_linear_share(tm, (int)I, &r0, &r1);
-        if (gated) {
-            rlxc_linear_rows(b.f1, &w[RLXC_W_GATE], up_b ? &w[RLXC_W_GATE_B] : NULL, &in, r0, r1, dq);
-            rlxc_linear_rows(b.f2, &w[RLXC_W_UP], up_b ? &w[RLXC_W_UP_B] : NULL, &in, r0, r1, dq);
-        } else {
-            rlxc_linear_rows(b.f1, &w[RLXC_W_UP], up_b ? &w[RLXC_W_UP_B] : NULL, &in, r0, r1, dq);
-        }
+        rlxc_products_alike(p, tm, b.xa, T, H, ffn, gated ? 2 : 1, &r0, &r1);
         for (int t = 0; t < T && r0 < r1; t++) {
             float *f1 = b.f1 + (size_t)t * I + r0;
             activate(l, f1, (size_t)(r1 - r0));
@@ -432,12 +444,8 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     if (l->ple_dim > 0) {
         const int P = l->ple_dim;
         rlxc_team_sync(tm);
-        rlxc_xin in;
-        const rlxc_weight *gate = &w[RLXC_W_PLE_GATE];
-        rlxc_xin_prepare(tm, &in, x, T, H, &gate, 1, p->act, p->s.xq);
         int r0, r1;
-        rlxc_linear_share(tm, P, &r0, &r1);
-        rlxc_linear_rows(b.f1, gate, NULL, &in, r0, r1, p->s.dq + (size_t)tm->ith * p->dq_stride);
+        rlxc_products_alike(p, tm, x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, &r0, &r1);
         for (int t = 0; t < T && r0 < r1; t++) {
             float *f1 = b.f1 + (size_t)t * P + r0;
             activate(l, f1, (size_t)(r1 - r0));
