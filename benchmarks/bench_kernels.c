@@ -1,6 +1,7 @@
 /* Kernel throughput: Q4_0 matvec GB/s of weights from in-cache sizes to 4x the last-level
- * cache, next to the read bandwidth of a plain streaming sum over the same bytes, and Q4_0
- * GEMM GFLOP/s at N = K = 4096.
+ * cache, on the GGUF layout and on the repacked 16-row groups decode uses where the ISA has a
+ * kernel for them (matvec_x16), next to the read bandwidth of a plain streaming sum over the
+ * same bytes, and Q4_0 GEMM GFLOP/s at N = K = 4096.
  *
  *   bench_kernels [-t threads] [-s seconds] [-r rounds] [isa ...]   (default: every ISA the CPU runs)
  *
@@ -81,6 +82,7 @@ static void stream_sum(void *a_) {
 typedef struct {
     const rlxc_kernels *k;
     const block_q4_0 *w;
+    const block_q4_0x16 *wp; /* the same rows repacked, or NULL */
     const block_q8_0 *xq;
     float *y;
     int N, K, T;
@@ -93,7 +95,18 @@ static void q4_matvec(void *a_) {
 #pragma omp parallel for num_threads(n_threads)
     for (int th = 0; th < n_threads; th++) {
         const int lo = (int)((long)a->N * th / n_threads), hi = (int)((long)a->N * (th + 1) / n_threads);
-        a->k->matvec_q4_0(a->y + lo, a->w + (size_t)lo * nb, a->xq, hi - lo, a->K);
+        a->k->wt[RLXC_Q4_0].matvec(a->y + lo, a->w + (size_t)lo * nb, a->xq, hi - lo, a->K);
+    }
+}
+
+/* The same on the repacked rows, whole 16-row groups per thread (N is a multiple of 16). */
+static void q4_matvec_x16(void *a_) {
+    mat_arg *a = a_;
+    const int nb = a->K / RLXC_QK, G = a->N / RLXC_PACK_ROWS;
+#pragma omp parallel for num_threads(n_threads)
+    for (int th = 0; th < n_threads; th++) {
+        const int lo = (int)((long)G * th / n_threads), hi = (int)((long)G * (th + 1) / n_threads);
+        a->k->wt[RLXC_Q4_0].matvec_x16(a->y + lo * RLXC_PACK_ROWS, a->wp + (size_t)lo * nb, a->xq, hi - lo, a->K);
     }
 }
 
@@ -103,7 +116,7 @@ static void q4_matmul(void *a_) {
 #pragma omp parallel for num_threads(n_threads)
     for (int th = 0; th < n_threads; th++) {
         const int lo = (int)((long)a->N * th / n_threads), hi = (int)((long)a->N * (th + 1) / n_threads);
-        a->k->matmul_q4_0(a->y + lo, a->N, a->w + (size_t)lo * nb, a->xq, hi - lo, a->K, a->T);
+        a->k->wt[RLXC_Q4_0].matmul(a->y + lo, a->N, a->w + (size_t)lo * nb, a->xq, hi - lo, a->K, a->T);
     }
 }
 
@@ -128,30 +141,37 @@ static void bench_isa(const char *isa) {
     const int K = 4096, nb = K / RLXC_QK;
     const size_t row_bytes = (size_t)nb * sizeof(block_q4_0);
     printf("\n[%s] %d thread(s), LLC %zu MiB\n", k->isa, n_threads, llc >> 20);
-    printf("%-10s %8s %12s %12s %7s\n", "weights", "N x K", "matvec GB/s", "stream GB/s", "ratio");
+    printf("%-10s %8s %12s %12s %12s %7s %7s\n", "weights", "N x K", "matvec GB/s", "x16 GB/s", "stream GB/s",
+           "ratio", "x16");
 
     block_q8_0 *xq = random_blocks(nb * 512, sizeof(block_q8_0));
     const size_t sizes_mib[] = {1, 4, 16, llc >> 20, 2 * (llc >> 20), 4 * (llc >> 20)};
     for (size_t s = 0; s < sizeof sizes_mib / sizeof *sizes_mib; s++) {
-        const int N = (int)((sizes_mib[s] << 20) / row_bytes);
+        const int N = (int)((sizes_mib[s] << 20) / row_bytes) / RLXC_PACK_ROWS * RLXC_PACK_ROWS;
         const size_t bytes = (size_t)N * row_bytes;
-        mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), xq, malloc((size_t)N * sizeof(float)), N, K, 1};
+        mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), NULL, xq, malloc((size_t)N * sizeof(float)), N, K, 1};
+        block_q4_0x16 *wp = k->wt[RLXC_Q4_0].matvec_x16 ? malloc(rlxc_q4_0x16_bytes(N, K)) : NULL;
+        if (wp) rlxc_pack_q4_0x16(wp, m.w, N, K);
+        m.wp = wp;
         stream_arg st = {(const uint64_t *)m.w, bytes / 8, 0};
-        /* matvec and stream take turns, so that the host's bandwidth, which varies by 2x within
-         * minutes on a shared VM, is the same for both: medians of the rounds, and of the ratios */
-        double mv[64], sr[64], ratio[64];
+        /* the kernels and the stream take turns, so that the host's bandwidth, which varies by 2x
+         * within minutes on a shared VM, is the same for all: medians of the rounds, and of the ratios */
+        double mv[64], px[64], sr[64], ratio[64], ratio_x[64];
         for (int r = 0; r < rounds; r++) {
             const double t_mv = time_per_call(q4_matvec, &m), t_st = time_per_call(stream_sum, &st);
+            const double t_px = wp ? time_per_call(q4_matvec_x16, &m) : 0.0;
             mv[r] = bytes / t_mv * 1e-9, sr[r] = bytes / t_st * 1e-9, ratio[r] = t_st / t_mv;
+            px[r] = wp ? bytes / t_px * 1e-9 : 0.0, ratio_x[r] = wp ? t_st / t_px : 0.0;
         }
-        printf("%6zu MiB %8d x %d %12.1f %12.1f %7.2f\n", sizes_mib[s], N, K, median(mv, rounds), median(sr, rounds),
-               median(ratio, rounds));
+        printf("%6zu MiB %8d x %d %12.1f %12.1f %12.1f %7.2f %7.2f\n", sizes_mib[s], N, K, median(mv, rounds),
+               median(px, rounds), median(sr, rounds), median(ratio, rounds), median(ratio_x, rounds));
         free((void *)m.w);
+        free(wp);
         free(m.y);
     }
 
     const int N = 4096;
-    mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), xq, malloc((size_t)N * 512 * sizeof(float)), N, K, 1};
+    mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), NULL, xq, malloc((size_t)N * 512 * sizeof(float)), N, K, 1};
     printf("%-10s %12s\n", "GEMM T", "GFLOP/s (N = K = 4096)");
     const int Ts[] = {1, 2, 4, 8, 16, 32, 128, 512};
     for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {

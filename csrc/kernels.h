@@ -27,6 +27,23 @@ typedef struct {
 } block_q8_0;
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match the GGUF layout");
+
+/* Q4_0 repacked for decode (rlxc_pack_q4_0x16): one block of 32 weights of 16 consecutive rows.
+ * qs[g][r] is the 4-byte group g of row r's GGUF qs (its low nibbles are elements 4g..4g+3,
+ * its high ones 16+4g..16+4g+3), so one 64-byte load gives a 4-byte group of 16 rows, one per
+ * 32-bit lane: a block's dot for 16 rows is then 8 lane-wise integer dot instructions with a
+ * broadcast activation group, and its scales one conversion, instead of a reduction per row.
+ * A group of 16 rows stores its blocks in order; same bytes per weight as Q4_0. */
+#define RLXC_PACK_ROWS 16
+typedef struct {
+    rlxc_fp16 d[RLXC_PACK_ROWS];
+    uint8_t qs[4][RLXC_PACK_ROWS][4];
+} block_q4_0x16;
+_Static_assert(sizeof(block_q4_0x16) == 16 * sizeof(block_q4_0), "block_q4_0x16 is 16 Q4_0 blocks");
+
+/* Rows [0, N / 16 * 16) of w[N][K] into N / 16 groups of K / 32 blocks (dst: rlxc_q4_0x16_bytes). */
+size_t rlxc_q4_0x16_bytes(int N, int K);
+void rlxc_pack_q4_0x16(block_q4_0x16 *dst, const block_q4_0 *w, int N, int K);
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match the GGUF layout");
 
 #define RLXC_QK_K 256 /* weights per K-quant super-block (GGUF Q4_K / Q6_K, ggml's Q8_K) */
@@ -120,6 +137,11 @@ typedef struct {
      * the dequantized rows with float activations, y[n] = dot(W[n], x). */
     void (*dequantize)(float *y, const void *w, int K);
     void (*matvec_fx)(float *y, const void *w, const float *x, int N, int K);
+    /* Q4_0 only, NULL where an ISA has none: the products on G groups of 16 rows repacked by
+     * rlxc_pack_q4_0x16 (rlxc_weight.packed; the engine takes them when it is set), y[16 G] and
+     * y[t * ldy + n]. Each token's outputs are bit-identical between the two and whatever T. */
+    void (*matvec_x16)(float *y, const void *w, const void *x, int G, int K);
+    void (*matmul_x16)(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
 } rlxc_wtype_kernels;
 
 /* Entries of rlxc_kernels.wt: indexed by rlxc_wtype, ggml's type ids (so GGUF types index it
@@ -167,18 +189,24 @@ typedef struct rlxc_kernels {
 
 #define RLXC_FLOAT_WTYPE(type, sfx) \
     {.matvec = rlxc_matvec_##type##_##sfx, .matmul = rlxc_matmul_##type##_##sfx}
-#define RLXC_BLOCK_WTYPE(type, sfx, x_type, x_block_size, xq, dq, fx)                       \
-    {.quantize_x = rlxc_quantize_row_##x_type##_##xq, .x_block = x_block_size,              \
-     .x_block_bytes = sizeof(block_##x_type), .matvec = rlxc_matvec_##type##_##sfx,         \
-     .matmul = rlxc_matmul_##type##_##sfx, .dequantize = rlxc_dequantize_row_##type##_##dq, \
-     .matvec_fx = rlxc_matvec_fx_##type##_##fx}
+#define RLXC_BLOCK_WTYPE_FIELDS(type, sfx, x_type, x_block_size, xq, dq, fx)               \
+    .quantize_x = rlxc_quantize_row_##x_type##_##xq, .x_block = x_block_size,               \
+    .x_block_bytes = sizeof(block_##x_type), .matvec = rlxc_matvec_##type##_##sfx,          \
+    .matmul = rlxc_matmul_##type##_##sfx, .dequantize = rlxc_dequantize_row_##type##_##dq,  \
+    .matvec_fx = rlxc_matvec_fx_##type##_##fx
+#define RLXC_BLOCK_WTYPE(type, sfx, x_type, x_block_size, xq, dq, fx) \
+    {RLXC_BLOCK_WTYPE_FIELDS(type, sfx, x_type, x_block_size, xq, dq, fx)}
 
-#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops)                                \
+/* x16: the suffix of the ISA's rlxc_wtype_kernels.matvec_x16 / matmul_x16 for Q4_0, or none. */
+#define rlxc_matvec_q4_0x16_none NULL
+#define rlxc_matmul_q4_0x16_none NULL
+#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops, x16)                           \
     {                                                                                                     \
         .isa = name,                                                                                      \
         .wt = {[RLXC_F32] = RLXC_FLOAT_WTYPE(f32, sf32), [RLXC_F16] = RLXC_FLOAT_WTYPE(f16, shalf),       \
                [RLXC_BF16] = RLXC_FLOAT_WTYPE(bf16, shalf),                                               \
-               [RLXC_Q4_0] = RLXC_BLOCK_WTYPE(q4_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                    \
+               [RLXC_Q4_0] = {RLXC_BLOCK_WTYPE_FIELDS(q4_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                \
+                             .matvec_x16 = rlxc_matvec_q4_0x16_##x16, .matmul_x16 = rlxc_matmul_q4_0x16_##x16}, \
                [RLXC_Q8_0] = RLXC_BLOCK_WTYPE(q8_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                    \
                [RLXC_Q5_0] = RLXC_BLOCK_WTYPE(q5_0, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
@@ -221,6 +249,10 @@ typedef struct rlxc_kernels {
     void rlxc_add_##sfx(float *y, const float *a, int n);                                                      \
     void rlxc_scale_##sfx(float *y, float s, int n);                                                           \
     void rlxc_softcap_##sfx(float *y, float cap, int n);
+/* The products on repacked Q4_0 rows (rlxc_wtype_kernels.matvec_x16 / matmul_x16), where an ISA has them. */
+#define RLXC_DECLARE_X16(sfx)                                                                \
+    void rlxc_matvec_q4_0x16_##sfx(float *y, const void *w, const void *x, int G, int K); \
+    void rlxc_matmul_q4_0x16_##sfx(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
 /* Every group: an ISA that defines all its kernels itself. */
 #define RLXC_DECLARE_KERNELS(sfx)                                                         \
     RLXC_DECLARE_F32(sfx) RLXC_DECLARE_Q(sfx) RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_HALF(sfx) \

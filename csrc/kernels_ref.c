@@ -3,6 +3,7 @@
  * whether the target has FMA. */
 #include <math.h>
 #include "kernels_ref.h"
+#include "kernels_simd.h"
 
 /* ---- quantization (bit-exact with the gguf package and ggml's *_ref) ---- */
 
@@ -35,6 +36,23 @@ void rlxc_quantize_row_q8_0_scalar(void *vy, const float *x, int K) {
         y[b].d = rlxc_f32_to_fp16(d);
         for (int j = 0; j < RLXC_QK; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
     }
+}
+
+size_t rlxc_q4_0x16_bytes(int N, int K) {
+    return (size_t)(N / RLXC_PACK_ROWS) * (size_t)(K / RLXC_QK) * sizeof(block_q4_0x16);
+}
+
+void rlxc_pack_q4_0x16(block_q4_0x16 *dst, const block_q4_0 *w, int N, int K) {
+    const size_t nb = (size_t)(K / RLXC_QK);
+    for (int g = 0; g < N / RLXC_PACK_ROWS; g++)
+        for (size_t b = 0; b < nb; b++) {
+            block_q4_0x16 *o = dst + (size_t)g * nb + b;
+            for (int r = 0; r < RLXC_PACK_ROWS; r++) {
+                const block_q4_0 *src = w + ((size_t)g * RLXC_PACK_ROWS + r) * nb + b;
+                o->d[r] = src->d;
+                for (int j = 0; j < RLXC_QK / 2; j++) o->qs[j / 4][r][j % 4] = src->qs[j];
+            }
+        }
 }
 
 void rlxc_dequantize_row_q4_0_scalar(float *y, const void *vx, int K) {
@@ -86,6 +104,33 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int nb) {
         s += (float)sumi * rlxc_fp16_to_f32(w[b].d) * rlxc_fp16_to_f32(x[b].d);
     }
     return s;
+}
+
+/* The rows of rlxc_matvec_q4_0_scalar from the repacked layout, summed in the same order (so
+ * the two agree bit for bit and the packing is tested through them). */
+void rlxc_matvec_q4_0x16_scalar(float *y, const void *vw, const void *vx, int G, int K) {
+    const block_q4_0x16 *w = vw;
+    const block_q8_0 *x = vx;
+    const int nb = K / RLXC_QK;
+    for (int n = 0; n < G * RLXC_PACK_ROWS; n++) {
+        const block_q4_0x16 *g = w + (size_t)(n / RLXC_PACK_ROWS) * nb;
+        const int r = n % RLXC_PACK_ROWS;
+        float s = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            int sumi = 0;
+            for (int j = 0; j < RLXC_QK / 2; j++) {
+                const uint8_t q = g[b].qs[j / 4][r][j % 4];
+                sumi += ((q & 0x0f) - 8) * x[b].qs[j];
+                sumi += ((q >> 4) - 8) * x[b].qs[j + RLXC_QK / 2];
+            }
+            s += (float)sumi * rlxc_fp16_to_f32(g[b].d[r]) * rlxc_fp16_to_f32(x[b].d);
+        }
+        y[n] = s;
+    }
+}
+
+void rlxc_matmul_q4_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
+    rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_scalar, y, ldy, w, x, G, K, T);
 }
 
 RLXC_DEFINE_SCALAR_MAT(f32, float, float, 1)
@@ -173,4 +218,5 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
 }
 
 const rlxc_kernels rlxc_kernels_scalar =
-    RLXC_KERNEL_TABLE("scalar", scalar, scalar, scalar, scalar, scalar, scalar, scalar, scalar);
+    RLXC_KERNEL_TABLE("scalar", scalar, scalar, scalar, scalar, scalar, scalar, scalar, scalar,
+                      scalar);

@@ -29,6 +29,7 @@ void rlxc_layer_init(rlxc_layer *l) {
 
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s) {
     if (!l->w[s].borrowed) free(l->w[s].data);
+    rlxc_weight_unpack(&l->w[s]);
     memset(&l->w[s], 0, sizeof l->w[s]);
 }
 

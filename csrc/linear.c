@@ -1,7 +1,12 @@
 /* The matrix products of the engine: any weight type, any T, as stages of a thread team
  * (team.h). The activations of a stage are prepared once, quantized by the whole team to each
  * activation format its weights take; then each thread multiplies its own rows of every weight. */
+#define _GNU_SOURCE /* madvise */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "engine.h"
 #include "kernels.h"
 
@@ -92,6 +97,86 @@ static const void *xin_for(const rlxc_xin *in, const rlxc_wtype_kernels *k) {
     return in->x;
 }
 
+static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void rlxc_weight_pack(rlxc_weight *w) {
+    if (w->type != RLXC_Q4_0 || w->rows < RLXC_PACK_ROWS || !w->data || !kernels_of(RLXC_Q4_0)->matvec_x16 ||
+        __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE))
+        return;
+    /* two pipelines sharing a layer may begin at once */
+    pthread_mutex_lock(&pack_lock);
+    if (!w->packed) {
+        const size_t bytes = rlxc_q4_0x16_bytes(w->rows, w->cols);
+        const size_t huge = (size_t)2 << 20;
+        void *packed = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+        if (packed) madvise(packed, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+        /* out of memory: decode keeps the GGUF layout */
+        if (packed) {
+            rlxc_pack_q4_0x16(packed, w->data, w->rows, w->cols);
+            __atomic_store_n(&w->packed, packed, __ATOMIC_RELEASE);
+            /* Caller-owned bytes of a memory-mapped file would otherwise stay resident beside the
+             * copy. MADV_PAGEOUT keeps any memory's contents (anonymous pages just stay), and
+             * where prefill too reads the copy only f32 activations touch the rows again. */
+            if (w->borrowed && kernels_of(RLXC_Q4_0)->matmul_x16) {
+                const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)w->data + page - 1) / page * page;
+                const uintptr_t b = ((uintptr_t)w->data + (w->rows / RLXC_PACK_ROWS) * RLXC_PACK_ROWS *
+                                     rlxc_wtype_row_bytes(RLXC_Q4_0, w->cols)) / page * page;
+                if (b > a) madvise((void *)a, b - a, MADV_PAGEOUT);
+            }
+        }
+    }
+    pthread_mutex_unlock(&pack_lock);
+}
+
+void rlxc_weight_unpack(rlxc_weight *w) {
+    free(w->packed);
+    w->packed = NULL;
+}
+
+/* Rows [r0, r1) of T tokens from the repacked groups. A group cut by the range is computed whole
+ * into a buffer, PART_T tokens at a time, so that every row's value is the same whichever thread
+ * computes it; rows past the last whole group take the GGUF layout's kernels. */
+#define PART_T 16
+
+/* Whether the active kernels multiply w's repacked rows for T tokens (NEON: decode only). */
+static int x16_runs(const rlxc_weight *w, const rlxc_wtype_kernels *k, int T) {
+    return w->packed && (T == 1 ? k->matvec_x16 != NULL : k->matmul_x16 != NULL);
+}
+
+static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const void *w, const void *x, int G, int K,
+                        int T) {
+    if (T == 1) k->matvec_x16(y, w, x, G, K);
+    else k->matmul_x16(y, ldy, w, x, G, K, T);
+}
+static void packed_rows(float *y, const rlxc_weight *w, const rlxc_wtype_kernels *k, const rlxc_xin *in,
+                        const void *xa, int r0, int r1) {
+    const int N = w->rows, K = w->cols, T = in->T, G = N / RLXC_PACK_ROWS, P = RLXC_PACK_ROWS;
+    const size_t group_bytes = rlxc_q4_0x16_bytes(P, K), x_bytes = x_row_bytes(k, K);
+    int r = r0;
+    while (r < r1 && r < G * P) {
+        const int g = r / P, g_end = r1 < G * P ? r1 / P : G;
+        const char *wg = (const char *)w->packed + (size_t)g * group_bytes;
+        if (r % P == 0 && g < g_end) {
+            x16_product(k, y + r, N, wg, xa, g_end - g, K, T);
+            r = g_end * P;
+            continue;
+        }
+        const int end = (g + 1) * P < r1 ? (g + 1) * P : r1;
+        for (int t0 = 0; t0 < T; t0 += PART_T) {
+            const int nt = T - t0 < PART_T ? T - t0 : PART_T;
+            float part[PART_T * RLXC_PACK_ROWS];
+            x16_product(k, part, P, wg, (const char *)xa + t0 * x_bytes, 1, K, nt);
+            for (int t = 0; t < nt; t++)
+                memcpy(y + (size_t)(t0 + t) * N + r, part + t * P + r % P, (size_t)(end - r) * sizeof(float));
+        }
+        r = end;
+    }
+    if (r >= r1) return;
+    const void *wt = (const char *)w->data + (size_t)r * rlxc_wtype_row_bytes(w->type, K);
+    if (T == 1) k->matvec(y + r, wt, xa, r1 - r, K);
+    else k->matmul(y + r, N, wt, xa, r1 - r, K, T);
+}
+
 /* Rows [r0, r1) of one product; dq: this thread's rlxc_dq_scratch_floats. */
 static void linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias, const rlxc_xin *in, int r0, int r1,
                         float *dq) {
@@ -112,6 +197,8 @@ static void linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias,
                 k->dequantize(dq + (size_t)i * K, (const char *)w->data + (size_t)(q0 + i) * rb, K);
             kernels_of(RLXC_F32)->matmul(y + q0, N, dq, xa, r, K, T);
         }
+    } else if (x16_runs(w, k, T)) {
+        packed_rows(y, w, k, in, xa, r0, r1);
     } else if (T == 1) {
         k->matvec(y + r0, wo, xa, n, K);
     } else {

@@ -22,10 +22,14 @@ rlxc_model *rlxc_model_create(rlxc_pipeline *p, const rlxc_model_parts *parts, c
     m->p = p;
     m->parts = *parts;
     if (!m->parts.lm_head.data) m->parts.lm_head = m->parts.embed; /* tied */
+    m->parts.lm_head.packed = NULL; /* the model's own (rlxc_weight_pack) */
     return m;
 }
 
-void rlxc_model_free(rlxc_model *m) { free(m); }
+void rlxc_model_free(rlxc_model *m) {
+    if (m) rlxc_weight_unpack(&m->parts.lm_head);
+    free(m);
+}
 
 rlxc_pipeline *rlxc_model_pipeline(const rlxc_model *m) { return m->p; }
 int rlxc_model_vocab(const rlxc_model *m) { return m->parts.embed.rows; }
@@ -170,6 +174,7 @@ static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits w
              T, m->parts.lm_head.rows);
     const size_t extra = 2 * (size_t)H + 2 * rlxc_pipeline_ple_stride(p);
     if (rlxc_pipeline_begin(p, T, extra, p->n_threads, err)) return -1;
+    if (p->act == RLXC_ACT_Q8) rlxc_weight_pack(&m->parts.lm_head);
     model_call c = {m, ids, T, pos0, which == RLXC_LOGITS_LAST ? T - 1 : 0,
                     which == RLXC_LOGITS_ALL ? T : which == RLXC_LOGITS_LAST ? 1 : 0, logits, trace};
     rlxc_team_run(p->n_threads, model_team, &c);

@@ -258,9 +258,13 @@ static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
 }
 
 int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
-    return validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, extra_floats, n_threads, err)
-               ? -1
-               : 0;
+    if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, extra_floats, n_threads, err))
+        return -1;
+    if (p->act == RLXC_ACT_Q8)
+        for (int i = 0; i < p->n_layers; i++)
+            for (int s = 0; s < RLXC_W_COUNT; s++)
+                if (rlxc_wslot_is_matrix((rlxc_wslot)s)) rlxc_weight_pack(&p->layers[i]->w[s]);
+    return 0;
 }
 
 static float rope_inv_freq(const rlxc_layer *l, int k) {

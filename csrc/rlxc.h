@@ -45,7 +45,15 @@ typedef struct {
     int rows, cols;  /* vectors: rows == 1 */
     void *data;      /* NULL = not set */
     int borrowed;    /* data belongs to the caller (e.g. a memory-mapped file) and is not freed */
+    void *packed;    /* the engine's decode layout of data (rlxc_weight_pack) or NULL; freed with the weight */
 } rlxc_weight;
+
+/* Makes w->packed where the active kernels decode w's type faster from a repacked copy (Q4_0 in
+ * 16-row groups, rows past the last whole group stay in data): the engine calls it for every
+ * matrix it multiplies, once; safe from several threads. The copy costs as much memory as the
+ * rows it covers. */
+void rlxc_weight_pack(rlxc_weight *w);
+void rlxc_weight_unpack(rlxc_weight *w); /* frees w->packed */
 
 /* The FullPipelineLayer: every per-layer parameter of a decoder layer. Adjacent layers may
  * differ in any field; the compute path reads nothing model-wide. */

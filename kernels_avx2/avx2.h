@@ -39,6 +39,9 @@ RLXC_INLINE void rlxc_prefetch(const void *p, const size_t n) {
     for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
+/* A 4-byte group of activation quants, read in place. */
+typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
+
 /* fp16 -> f32 through F16C: one instruction instead of the scalar bit juggling. */
 RLXC_INLINE float rlxc_h2f(rlxc_fp16 h) { return _cvtsh_ss(h); }
 
@@ -103,6 +106,28 @@ RLXC_INLINE __m256i rlxc_q6_k_offset_sums(__m256i sc16, const block_q8_k *x) {
 }
 
 RLXC_DECLARE_KERNELS(avx2)
+RLXC_DECLARE_X16(avx2)
+/* What the repacked Q4_0 decode kernels add per activation block outside the integer dots:
+ * the weights' offset -8 times the block's quant sum, and its scale. They take blocks
+ * RLXC_X16_CHUNK at a time so these fit on the stack for any K (partial sums go through y). */
+#define RLXC_X16_CHUNK 256
+void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb);
+/* A matvec_x16 around group(y, wb, x, bias, dx, n, first): one 16-row group over n blocks,
+ * accumulating into y[0..16) unless first. */
+#define RLXC_DEFINE_MATVEC_X16(name, group)                                                  \
+    void name(float *y, const void *vw, const void *vx, int G, int K) {                      \
+        const block_q4_0x16 *w = vw;                                                         \
+        const block_q8_0 *x = vx;                                                            \
+        const int nb = K / RLXC_QK;                                                          \
+        int32_t bias[RLXC_X16_CHUNK];                                                        \
+        float dx[RLXC_X16_CHUNK];                                                            \
+        for (int b0 = 0; b0 < nb; b0 += RLXC_X16_CHUNK) {                                    \
+            const int n = nb - b0 < RLXC_X16_CHUNK ? nb - b0 : RLXC_X16_CHUNK;               \
+            rlxc_x16_block_terms(bias, dx, x + b0, n);                                       \
+            for (int g = 0; g < G; g++)                                                      \
+                group(y + 16 * (size_t)g, w + (size_t)g * nb + b0, x + b0, bias, dx, n, !b0); \
+        }                                                                                    \
+    }
 /* Q4_0 one row per register: decode and small T (quant.c); rlxc_matmul_q4_0_avx2 (gemm.c) uses it
  * below 4 tokens. */
 void rlxc_matmul_q4_0_rows_avx2(float *y, int ldy, const void *w, const void *x, int N, int K, int T);

@@ -18,11 +18,28 @@ typedef struct {
     __m256 d;
 } il_block;
 
+/* From repacked Q4_0 (block_q4_0x16): an 8-row tile is the low or high half of a group (the low
+ * or high 32 bytes of each 64-byte group of dwords), nothing to gather. */
+static void pack_q4_0x16(il_block *dst, const void *w, int row0, int nb, int nr) {
+    const block_q4_0x16 *g = (const block_q4_0x16 *)w + (size_t)(row0 / RLXC_PACK_ROWS) * nb;
+    const int half = row0 % RLXC_PACK_ROWS / IL_ROWS;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    (void)nr; /* always 8: G groups make 2 G whole tiles */
+    for (int b = 0; b < nb; b++) {
+        for (int j = 0; j < 4; j++) {
+            const __m256i z = _mm256_loadu_si256((const __m256i *)g[b].qs[j][8 * half]);
+            dst[b].w[j] = _mm256_and_si256(z, m4);
+            dst[b].w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+        }
+        dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&g[b].d[8 * half]));
+    }
+}
+
 /* Raw qs dword g of a Q4_0 block holds elements 4g..4g+3 in its low nibbles and 16+4g.. in
  * its high ones. Rows r and 4 + r share a register (128-bit lanes), so 4 x 4 dword transposes
  * within lanes give dword g of rows 0..7 in order. Rows >= nr read as zero. */
-static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
-    const block_q4_0 *w = rows;
+static void pack_q4_0(il_block *dst, const void *rows, int row0, int nb, int nr) {
+    const block_q4_0 *w = (const block_q4_0 *)rows + (size_t)row0 * nb;
     const int stride = nb; /* blocks per row */
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int b = 0; b < nb; b++) {
@@ -45,8 +62,6 @@ static void pack_q4_0(il_block *dst, const void *rows, int nb, int nr) {
         dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
     }
 }
-
-typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
 
 RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const int32_t *bias,
                          const float *dx, int nb, int nr, const int C) {
@@ -73,6 +88,11 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
 #include "il_gemm.h"
 
 void rlxc_matmul_q4_0_avx2(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, (size_t)K / RLXC_QK * sizeof(block_q4_0), xq, N, K, T, pack_q4_0, 8))
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, N, K, T, pack_q4_0, 8))
         rlxc_matmul_q4_0_rows_avx2(y, ldy, w, xq, N, K, T);
+}
+
+void rlxc_matmul_q4_0x16_avx2(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
+        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx2, y, ldy, w, xq, G, K, T);
 }

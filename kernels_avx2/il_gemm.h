@@ -9,7 +9,8 @@
  * cost ~20% of the time at T = 512.
  *
  * The includer defines IL_ROWS, IL_C, IL_C2, the type il_block (one block of IL_ROWS
- * interleaved rows) and
+ * interleaved rows), pack functions pack(dst, w, row0, nb, nr) that fill dst with the nb blocks of
+ * rows row0 .. row0 + nr of w (rows past nr as zeros), and
  *   il_tile(y, ldy, wp, x, bias, dx, nb, nr, C): y[t * ldy + r] for r < nr, t < C (constant),
  * where bias[t * nb + b] = -weight_offset * (sum of token t's block b) and dx its scale. */
 #include <stdlib.h>
@@ -18,8 +19,8 @@
 #define IL_PANEL_BYTES (384 << 10)
 
 /* Returns 0 if out of memory (the caller then takes its per-row kernels). */
-static int il_gemm(float *y, int ldy, const void *w, size_t row_bytes, const block_q8_0 *xq, int N, int K, int T,
-                   void (*pack)(il_block *, const void *, int, int), int weight_offset) {
+static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, int N, int K, int T,
+                   void (*pack)(il_block *, const void *, int, int, int), int weight_offset) {
     const int nb = K / RLXC_QK;
     const size_t tile_bytes = (size_t)nb * sizeof(il_block);
     const int n_tiles = (N + IL_ROWS - 1) / IL_ROWS;
@@ -38,8 +39,7 @@ static int il_gemm(float *y, int ldy, const void *w, size_t row_bytes, const blo
     for (int p0 = 0; ok && p0 < n_tiles; p0 += panel) {
         const int p1 = p0 + panel < n_tiles ? p0 + panel : n_tiles;
         for (int p = p0; p < p1; p++)
-            pack(wp + (size_t)(p - p0) * nb, (const uint8_t *)w + (size_t)p * IL_ROWS * row_bytes, nb,
-                 N - p * IL_ROWS < IL_ROWS ? N - p * IL_ROWS : IL_ROWS);
+            pack(wp + (size_t)(p - p0) * nb, w, p * IL_ROWS, nb, N - p * IL_ROWS < IL_ROWS ? N - p * IL_ROWS : IL_ROWS);
         for (int t0 = 0; t0 < T; t0 += IL_TCHUNK) {
             const int t1 = T - t0 < IL_TCHUNK ? T : t0 + IL_TCHUNK;
             for (int p = p0; p < p1; p++) {

@@ -78,10 +78,10 @@ RLXC_INLINE void prefetch_rows(const void *ahead, size_t stride, int nr) {
  * instantiated for full halves (nr = 16: the row loads and masks compile without tests) and
  * for the partial ones of a last tile. */
 #define DEFINE_PACK(name, body, wtype)                                               \
-    static void name(il_block *dst, const void *rows, int nb, int nr) {              \
+    static void name(il_block *dst, const void *rows, int row0, int nb, int nr) {    \
         for (int h = 0; h < 2; h++) {                                                \
             const int n = nr - 16 * h < 0 ? 0 : nr - 16 * h < 16 ? nr - 16 * h : 16; \
-            const wtype *w = (const wtype *)rows + (size_t)16 * h * nb;              \
+            const wtype *w = (const wtype *)rows + ((size_t)row0 + 16 * h) * nb;     \
             if (n == 16) body(dst, h, w, nb, 16);                                    \
             else body(dst, h, w, nb, n);                                             \
         }                                                                            \
@@ -158,7 +158,27 @@ RLXC_INLINE void pack_q5_0_rows(il_block *blocks, int half, const block_q5_0 *w,
 }
 DEFINE_PACK(pack_q5_0, pack_q5_0_rows, block_q5_0)
 
-typedef int32_t unaligned_i32 __attribute__((aligned(1), may_alias));
+/* From repacked Q4_0 (block_q4_0x16), whose 16-row groups are the halves as they are: nibbles
+ * split, scales converted, nothing gathered; nr is 16 or 32. */
+static void pack_q4_0x16(il_block *dst, const void *rows, int row0, int nb, int nr) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int h = 0; h < 2; h++) {
+        const block_q4_0x16 *w = (const block_q4_0x16 *)rows + (size_t)(row0 / RLXC_PACK_ROWS + h) * nb;
+        for (int b = 0; b < nb; b++) {
+            il_half *o = &dst[b].h[h];
+            if (16 * h >= nr) {
+                *o = (il_half){0};
+                continue;
+            }
+            for (int g = 0; g < 4; g++) {
+                const __m512i z = _mm512_loadu_si512(w[b].qs[g]);
+                o->w[g] = _mm512_and_si512(z, m4);
+                o->w[4 + g] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            }
+            o->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w[b].d));
+        }
+    }
+}
 
 /* 32 rows x C tokens: y[t * ldy + r] for r < nr. bias[(size_t)t * nb + b] = -weight_offset * sum of
  * token t's block b, dx its scale. */
@@ -202,10 +222,16 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
     void rlxc_matmul_##kind##_avx512(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) { \
         const size_t row_bytes = (size_t)K / RLXC_QK * sizeof(wtype);                                         \
         if (T < IL_MIN_T || 15 * row_bytes > INT32_MAX ||                                                     \
-            !il_gemm(y, ldy, w, row_bytes, xq, N, K, T, pack_##kind, offset))                                 \
+            !il_gemm(y, ldy, w, xq, N, K, T, pack_##kind, offset))                                            \
             fallback(y, ldy, w, xq, N, K, T);                                                                 \
     }
 
 DEFINE_IL_MATMUL(q4_0, block_q4_0, 8, rlxc_matmul_q4_0_pairs_avx512)
 DEFINE_IL_MATMUL(q5_0, block_q5_0, 16, rlxc_matmul_q5_0_rows_avx512)
 DEFINE_IL_MATMUL(q8_0, block_q8_0, 128, rlxc_matmul_q8_0_pairs_avx512)
+
+/* Repacked Q4_0: no copy to gather, and per token the same operations as the decode kernel. */
+void rlxc_matmul_q4_0x16_avx512(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
+        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx512, y, ldy, w, xq, G, K, T);
+}

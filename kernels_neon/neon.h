@@ -126,5 +126,9 @@ RLXC_INLINE void rlxc_neon_q6_k_quants(const block_q6_k *b, const int v, int8x16
 RLXC_DECLARE_KERNELS(neon)
 RLXC_DECLARE_Q(neon_dotprod)
 RLXC_DECLARE_WQ(neon_dotprod)
+void rlxc_matvec_q4_0x16_neon_dotprod(float *y, const void *w, const void *x, int G, int K);
+/* Prefill keeps kqmat.h's GEMM on the GGUF layout, which reuses each weight register across
+ * tokens: NEON has no interleaved GEMM for the repacked rows. */
+#define rlxc_matmul_q4_0x16_neon_dotprod NULL
 
 #endif

@@ -13,11 +13,12 @@
 #define HWCAP_ASIMDDP (1 << 20) /* <asm/hwcap.h>; older headers lack it */
 #endif
 
-/* The two tables differ only in their quantized products (groups q and wq). */
-#define NEON_TABLE(q) RLXC_KERNEL_TABLE("neon", neon, q, q, neon, neon, neon, neon, neon)
+/* The two tables differ only in their quantized products (groups q and wq, and the repacked
+ * Q4_0 decode, dotprod only). */
+#define NEON_TABLE(q, x16) RLXC_KERNEL_TABLE("neon", neon, q, q, neon, neon, neon, neon, neon, x16)
 
-static const rlxc_kernels plain = NEON_TABLE(neon);
-static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod);
+static const rlxc_kernels plain = NEON_TABLE(neon, none);
+static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod, neon_dotprod);
 
 /* The dotprod table when the CPU has SDOT, else the plain one. RLXC_NEON_NODOT=1 forces the
  * plain table on a dotprod CPU, so both can be tested on one machine. */

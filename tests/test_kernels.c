@@ -233,6 +233,17 @@ static void call_mat(const rlxc_kernels *k, int kind, int matmul, float *y, int 
     else kw->matvec(y, w, x, N, K);
 }
 
+/* scale[t * ldy + n] = sum_k |w_nk| |x_tk| (wabs: the weight terms), 1 between rows. */
+static void product_scales(float *scale, int ldy, const float *wabs, const float *xd, int N, int K, int T) {
+    for (int i = 0; i < T * ldy; i++) scale[i] = 1.0f;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.0;
+            for (int j = 0; j < K; j++) s += (double)wabs[(size_t)n * K + j] * fabsf(xd[(size_t)t * K + j]);
+            scale[t * ldy + n] = (float)s;
+        }
+}
+
 static void mat_case(result *rv, result *rm, const rlxc_kernels *k, int kind, int N, int K, int T) {
     const int ldy = N + 3, ny = T * ldy;
     const size_t row_blocks = (size_t)K / wkinds[kind].qk;
@@ -242,13 +253,7 @@ static void mat_case(result *rv, result *rm, const rlxc_kernels *k, int kind, in
     void *x = random_activations(wkinds[kind].act, xd, T, K);
     for (int n = 0; n < N; n++) weight_terms(kind, wabs + (size_t)n * K, (const uint8_t *)w + n * row_blocks * wkinds[kind].bytes, K);
     float *ref = guarded(ny), *got = guarded(ny), *scale = xmalloc((size_t)ny * sizeof(float));
-    for (int i = 0; i < ny; i++) scale[i] = 1.0f;
-    for (int t = 0; t < T; t++)
-        for (int n = 0; n < N; n++) {
-            double s = 0.0;
-            for (int j = 0; j < K; j++) s += (double)wabs[(size_t)n * K + j] * fabsf(xd[(size_t)t * K + j]);
-            scale[t * ldy + n] = (float)s;
-        }
+    product_scales(scale, ldy, wabs, xd, N, K, T);
 
     call_mat(&rlxc_kernels_scalar, kind, 1, ref, ldy, w, x, N, K, T);
     call_mat(k, kind, 1, got, ldy, w, x, N, K, T);
@@ -287,6 +292,57 @@ static void test_mat(result *out, const rlxc_kernels *k) {
         mat_case(rv, rm, k, kind, 130, 4096, 1); /* decode-sized rows */
         mat_case(rv, rm, k, kind, 200, 4096, 70); /* interleaved GEMMs: several row panels, the last partial */
     }
+}
+
+/* The products on repacked Q4_0 (matvec_x16 / matmul_x16, where the table has them) against the
+ * scalar products on the GGUF rows: bit-identical for the scalar twin, within TOL for SIMD; and
+ * (where a table has matmul_x16) each token's outputs of it bit-identical with matvec_x16 (the engine's
+ * prefill == decode and its thread-count independence rest on it). Block counts pass the
+ * kernels' 256-block chunk, token counts the GEMM tiles. */
+static void x16_case(result *r, const rlxc_kernels *k, int G, int nb, int T) {
+    const int N = G * RLXC_PACK_ROWS, K = nb * RLXC_QK, ldy = N + 3, ny = T * ldy;
+    block_q4_0 *w = xmalloc((size_t)N * nb * sizeof(block_q4_0));
+    block_q4_0x16 *wp = xmalloc(rlxc_q4_0x16_bytes(N, K));
+    float *wabs = xmalloc((size_t)N * K * sizeof(float)), *xd = xmalloc((size_t)T * K * sizeof(float));
+    float *ref = guarded(ny), *got = guarded(ny), *one = guarded(N), *scale = xmalloc((size_t)ny * sizeof(float));
+    random_weights(W_Q4_0, w, (size_t)N * nb);
+    rlxc_pack_q4_0x16(wp, w, N, K);
+    block_q8_0 *x = random_activations(ACT_Q8_0, xd, T, K);
+    for (int n = 0; n < N; n++) weight_terms(W_Q4_0, wabs + (size_t)n * K, w + (size_t)n * nb, K);
+    product_scales(scale, ldy, wabs, xd, N, K, T);
+    rlxc_kernels_scalar.wt[RLXC_Q4_0].matmul(ref, ldy, w, x, N, K, T);
+    if (T == 1) k->wt[RLXC_Q4_0].matvec_x16(got, wp, x, G, K);
+    else k->wt[RLXC_Q4_0].matmul_x16(got, ldy, wp, x, G, K, T);
+    r->cases++;
+    if (k == &rlxc_kernels_scalar)
+        for (int t = 0; t < T; t++)
+            if (memcmp(got + t * ldy, ref + t * ldy, (size_t)N * sizeof(float))) {
+                fail(r, "G %d K %d T %d: the scalar twin differs from the GGUF-layout product", G, K, T);
+                r->max_err = INFINITY;
+            }
+    compare(r, got, ref, scale, ny, G, K, T);
+    check_guards(r, got, ny, G, K, T);
+    for (int t = 0; t < T; t++) {
+        k->wt[RLXC_Q4_0].matvec_x16(one, wp, x + (size_t)t * nb, G, K);
+        check_guards(r, one, N, G, K, t);
+        if (memcmp(one, got + t * ldy, (size_t)N * sizeof(float))) {
+            fail(r, "G %d K %d T %d: token %d of matmul_x16 differs from matvec_x16", G, K, T, t);
+            r->max_err = INFINITY;
+        }
+    }
+    free(w), free(wp), free(wabs), free(xd), free(x), free(scale);
+    free_guarded(ref), free_guarded(got), free_guarded(one);
+}
+
+static void test_x16(result *r, const rlxc_kernels *k) {
+    static const int Gs[] = {1, 2, 3, 5}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
+    r->name = "matvec/matmul_q4_0x16";
+    if (!k->wt[RLXC_Q4_0].matvec_x16) return;
+    for (int a = 0; a < LEN(Gs); a++)
+        for (int b = 0; b < LEN(nbs); b++) x16_case(r, k, Gs[a], nbs[b], 1);
+    if (!k->wt[RLXC_Q4_0].matmul_x16) return; /* NEON: decode only */
+    for (int a = 0; a < LEN(Gs); a++)
+        for (int c = 0; c < LEN(Ts); c++) x16_case(r, k, Gs[a], a % 2 ? 9 : 130, Ts[c]);
 }
 
 /* ---- dequantization (the f32-activation path): bit-identical ---- */
@@ -737,7 +793,7 @@ static int run_big(const char *isa) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 14)
+#define N_RESULTS (2 * N_WKINDS + 15)
 
 static int run_isa(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
@@ -750,6 +806,7 @@ static int run_isa(const char *isa) {
     test_quantize_k(r++, k);
     test_dequantize(r++, k);
     test_matvec_fx(r++, k);
+    test_x16(r++, k);
     test_norms(r, k), r += 2;
     test_rope(r++, k);
     test_attention(r++, k);
