@@ -9,8 +9,8 @@
 #   *.deb         libsleef3 and libsleef-dev (apt-get download libsleef3 libsleef-dev)
 # Builds llama-bench and rlxc there, writes a random Llama Q4_0 GGUF (hidden 4096, ffn 14336, GQA
 # 32/8, vocab 32000) with benchmarks/gguf_export.py, measures the streaming read, then per round
-# and thread count: llama-bench (pp256, tg32) and rlxc with RLXC_SPIN_US 0, 50 (the default) and
-# 300, taking turns; last, the same on 2 cores with one kept busy.
+# and thread count: llama-bench (pp256, tg32) and rlxc with each RLXC_SPIN_US of $SPINS (default
+# 0,50,300; 50 is rlxc's default), taking turns; last, the same on 2 cores with one kept busy.
 D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)|L3"
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -53,19 +53,20 @@ def ftg():
 fpp(); ftg()
 print(f"pp {statistics.median(fpp() for _ in range(2)):.2f} tg {statistics.median(ftg() for _ in range(3)):.2f}", flush=True)
 PY
+SPINS=${SPINS:-0,50,300}
+rlxc_runs() { # threads pp tg [taskset prefix...]: "spin<us>us pp .. tg .." for each spin setting
+  local t=$1 pp=$2 tg=$3; shift 3
+  for s in ${SPINS//,/ }; do
+    echo -n "| spin${s}us $(RLXC_SPIN_US=$s PYTHONPATH=$W/pkg_rlxc "$@" python3 $W/one.py $W/m.gguf $t $pp $tg) "
+  done
+}
 for r in $(seq $ROUNDS); do for t in ${T//,/ }; do
   l=$($W/llama.cpp/build/bin/llama-bench -m $W/m.gguf -t $t -p 256 -n 32 -r 2 -o csv 2>/dev/null | tail -2 | awk -F, '{printf "%s ", $(NF-1)}')
-  a=$(RLXC_SPIN_US=0 PYTHONPATH=$W/pkg_rlxc python3 $W/one.py $W/m.gguf $t 256 32)
-  b=$(PYTHONPATH=$W/pkg_rlxc python3 $W/one.py $W/m.gguf $t 256 32)
-  c=$(RLXC_SPIN_US=300 PYTHONPATH=$W/pkg_rlxc python3 $W/one.py $W/m.gguf $t 256 32)
-  echo "round $r t=$t llama(pp,tg)=$l | spin0us $a | spin50us $b | spin300us $c"
+  echo "round $r t=$t llama(pp,tg)=$l $(rlxc_runs $t 256 32)"
 done; done
 taskset -c 1 sh -c 'while :; do :; done' & BUSY=$!
 for r in $(seq $ROUNDS); do
   l=$(taskset -c 0,1 $W/llama.cpp/build/bin/llama-bench -m $W/m.gguf -t 2 -p 128 -n 32 -r 2 -o csv 2>/dev/null | tail -2 | awk -F, '{printf "%s ", $(NF-1)}')
-  a=$(RLXC_SPIN_US=0 PYTHONPATH=$W/pkg_rlxc taskset -c 0,1 python3 $W/one.py $W/m.gguf 2 128 32)
-  b=$(PYTHONPATH=$W/pkg_rlxc taskset -c 0,1 python3 $W/one.py $W/m.gguf 2 128 32)
-  c=$(RLXC_SPIN_US=300 PYTHONPATH=$W/pkg_rlxc taskset -c 0,1 python3 $W/one.py $W/m.gguf 2 128 32)
-  echo "busy round $r t=2 llama(pp,tg)=$l | spin0us $a | spin50us $b | spin300us $c"
+  echo "busy round $r t=2 llama(pp,tg)=$l $(rlxc_runs 2 128 32 taskset -c 0,1)"
 done
 kill $BUSY
