@@ -112,6 +112,15 @@ RLXC_DECLARE_X16(avx2)
  * RLXC_X16_CHUNK at a time so these fit on the stack for any K (partial sums go through y). */
 #define RLXC_X16_CHUNK 256
 void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb);
+/* Bytes ahead of the block being multiplied that the x16 kernels prefetch (0: none). */
+#ifndef RLXC_X16_PREFETCH
+#define RLXC_X16_PREFETCH 2048
+#endif
+RLXC_INLINE void rlxc_x16_prefetch(const block_q4_0x16 *blk) {
+    for (int o = 0; RLXC_X16_PREFETCH && o < (int)sizeof *blk; o += 64)
+        _mm_prefetch((const char *)blk + RLXC_X16_PREFETCH + o, _MM_HINT_T0);
+}
+
 /* A matvec_x16 around group(y, wb, x, bias, dx, n, first): one 16-row group over n blocks,
  * accumulating into y[0..16) unless first. */
 #define RLXC_DEFINE_MATVEC_X16(name, group)                                                  \

@@ -128,6 +128,7 @@ RLXC_INLINE void x16_group(float *y, const block_q4_0x16 *wb, const block_q8_0 *
     __m256 acc[2];
     for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
     for (int b = 0; b < n; b++) {
+        rlxc_x16_prefetch(wb + b);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         const __m256 d = _mm256_set1_ps(dx[b]);
         RLXC_UNROLL for (int h = 0; h < 2; h++) {

@@ -112,6 +112,7 @@ RLXC_INLINE void x16_group(float *y, const block_q4_0x16 *wb, const block_q8_0 *
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
     for (int b = 0; b < n; b++) {
+        rlxc_x16_prefetch(wb + b);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
         RLXC_UNROLL for (int j = 0; j < 4; j++) {
