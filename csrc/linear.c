@@ -99,8 +99,18 @@ static const void *xin_for(const rlxc_xin *in, const rlxc_wtype_kernels *k) {
 
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* RLXC_REPACK=0 keeps every weight in its GGUF layout: no second copy in memory. */
+static int repack_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("RLXC_REPACK");
+        __atomic_store_n(&on, !(e && !strcmp(e, "0")), __ATOMIC_RELAXED);
+    }
+    return on;
+}
+
 void rlxc_weight_pack(rlxc_weight *w) {
-    if (w->type != RLXC_Q4_0 || w->rows < RLXC_PACK_ROWS || !w->data || !kernels_of(RLXC_Q4_0)->matvec_x16 ||
+    if (!repack_enabled() || w->type != RLXC_Q4_0 || w->rows < RLXC_PACK_ROWS || !w->data || !kernels_of(RLXC_Q4_0)->matvec_x16 ||
         __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE))
         return;
     /* two pipelines sharing a layer may begin at once */
