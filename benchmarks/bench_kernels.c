@@ -82,7 +82,7 @@ static void stream_sum(void *a_) {
 typedef struct {
     const rlxc_kernels *k;
     const block_q4_0 *w;
-    const block_q4_0x16 *wp; /* the same rows repacked, or NULL */
+    const uint8_t *wp; /* the same rows repacked (rlxc_pack_x16), or NULL */
     const block_q8_0 *xq;
     float *y;
     int N, K, T;
@@ -102,11 +102,12 @@ static void q4_matvec(void *a_) {
 /* The same on the repacked rows, whole 16-row groups per thread (N is a multiple of 16). */
 static void q4_matvec_x16(void *a_) {
     mat_arg *a = a_;
-    const int nb = a->K / RLXC_QK, G = a->N / RLXC_PACK_ROWS;
+    const int G = a->N / RLXC_PACK_ROWS;
+    const size_t group_bytes = rlxc_x16_group_bytes(16, a->K);
 #pragma omp parallel for num_threads(n_threads)
     for (int th = 0; th < n_threads; th++) {
         const int lo = (int)((long)G * th / n_threads), hi = (int)((long)G * (th + 1) / n_threads);
-        a->k->wt[RLXC_Q4_0].matvec_x16(a->y + lo * RLXC_PACK_ROWS, a->wp + (size_t)lo * nb, a->xq, hi - lo, a->K);
+        a->k->wt[RLXC_Q4_0].matvec_x16(a->y + lo * RLXC_PACK_ROWS, a->wp + (size_t)lo * group_bytes, a->xq, hi - lo, a->K);
     }
 }
 
@@ -150,8 +151,8 @@ static void bench_isa(const char *isa) {
         const int N = (int)((sizes_mib[s] << 20) / row_bytes) / RLXC_PACK_ROWS * RLXC_PACK_ROWS;
         const size_t bytes = (size_t)N * row_bytes;
         mat_arg m = {k, random_blocks((size_t)N * nb, sizeof(block_q4_0)), NULL, xq, malloc((size_t)N * sizeof(float)), N, K, 1};
-        block_q4_0x16 *wp = k->wt[RLXC_Q4_0].matvec_x16 ? malloc(rlxc_q4_0x16_bytes(N, K)) : NULL;
-        if (wp) rlxc_pack_q4_0x16(wp, m.w, N, K);
+        uint8_t *wp = k->wt[RLXC_Q4_0].matvec_x16 ? aligned_alloc(64, rlxc_x16_bytes(RLXC_Q4_0, N, K)) : NULL;
+        if (wp) rlxc_pack_x16(RLXC_Q4_0, wp, m.w, N, K);
         m.wp = wp;
         stream_arg st = {(const uint64_t *)m.w, bytes / 8, 0};
         /* the kernels and the stream take turns, so that the host's bandwidth, which varies by 2x

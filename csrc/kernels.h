@@ -28,22 +28,34 @@ typedef struct {
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match the GGUF layout");
 
-/* Q4_0 repacked for decode (rlxc_pack_q4_0x16): one block of 32 weights of 16 consecutive rows.
- * qs[g][r] is the 4-byte group g of row r's GGUF qs (its low nibbles are elements 4g..4g+3,
- * its high ones 16+4g..16+4g+3), so one 64-byte load gives a 4-byte group of 16 rows, one per
- * 32-bit lane: a block's dot for 16 rows is then 8 lane-wise integer dot instructions with a
- * broadcast activation group, and its scales one conversion, instead of a reduction per row.
- * A group of 16 rows stores its blocks in order; same bytes per weight as Q4_0. */
+/* Q4_0 and Q8_0 repacked for the engine's products (rlxc_pack_x16), in groups of 16 consecutive
+ * rows. A group of nb blocks holds first the quants of its blocks, each block 16 * QS bytes in runs
+ * of 64: run g holds 4-byte group g of the 16 rows' GGUF quants, row r at bytes 4r .. 4r + 3; then
+ * the 16 rows' fp16 scales of each block (32 bytes per block); then zeros to a multiple of 64
+ * bytes. QS is a row's quant bytes per block: 16 for Q4_0 (group g's low nibbles are elements
+ * 4g .. 4g + 3, its high ones 16 + 4g ..), 32 for Q8_0. So one aligned 64-byte load gives a
+ * 4-byte group of 16 rows, one per 32-bit lane: a block's dot for 16 rows is 8 lane-wise integer
+ * dot instructions with one broadcast activation group and its scales one conversion, instead
+ * of a reduction per row; and the rows of a thread are one sequential stream. */
 #define RLXC_PACK_ROWS 16
-typedef struct {
-    rlxc_fp16 d[RLXC_PACK_ROWS];
-    uint8_t qs[4][RLXC_PACK_ROWS][4];
-} block_q4_0x16;
-_Static_assert(sizeof(block_q4_0x16) == 16 * sizeof(block_q4_0), "block_q4_0x16 is 16 Q4_0 blocks");
 
-/* Rows [0, N / 16 * 16) of w[N][K] into N / 16 groups of K / 32 blocks (dst: rlxc_q4_0x16_bytes). */
-size_t rlxc_q4_0x16_bytes(int N, int K);
-void rlxc_pack_q4_0x16(block_q4_0x16 *dst, const block_q4_0 *w, int N, int K);
+/* Quant bytes of one row's block in the packed types (0: the type is not packed). */
+static inline int rlxc_x16_qs_bytes(rlxc_wtype t) { return t == RLXC_Q4_0 ? 16 : t == RLXC_Q8_0 ? 32 : 0; }
+static inline size_t rlxc_x16_group_bytes(int qs_bytes, int K) {
+    return ((size_t)(K / RLXC_QK) * RLXC_PACK_ROWS * ((size_t)qs_bytes + 2) + 63) / 64 * 64;
+}
+/* Block b's quants and scales in a group of nb blocks. */
+static inline const uint8_t *rlxc_x16_quants(const void *group, int qs_bytes, int b) {
+    return (const uint8_t *)group + (size_t)b * RLXC_PACK_ROWS * qs_bytes;
+}
+static inline const rlxc_fp16 *rlxc_x16_scales(const void *group, int qs_bytes, int nb, int b) {
+    return (const rlxc_fp16 *)rlxc_x16_quants(group, qs_bytes, nb) + (size_t)b * RLXC_PACK_ROWS;
+}
+/* Where byte j of row r's quants (r < 16) lies in a packed block's quants. */
+static inline size_t rlxc_x16_byte(int r, int j) { return (size_t)j / 4 * 64 + 4 * (size_t)r + (size_t)j % 4; }
+/* Rows [0, N / 16 * 16) of a Q4_0 or Q8_0 w[N][K] into N / 16 groups (dst: rlxc_x16_bytes). */
+size_t rlxc_x16_bytes(rlxc_wtype t, int N, int K);
+void rlxc_pack_x16(rlxc_wtype t, void *dst, const void *w, int N, int K);
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match the GGUF layout");
 
 #define RLXC_QK_K 256 /* weights per K-quant super-block (GGUF Q4_K / Q6_K, ggml's Q8_K) */
@@ -137,8 +149,8 @@ typedef struct {
      * the dequantized rows with float activations, y[n] = dot(W[n], x). */
     void (*dequantize)(float *y, const void *w, int K);
     void (*matvec_fx)(float *y, const void *w, const float *x, int N, int K);
-    /* Q4_0 only, NULL where an ISA has none: the products on G groups of 16 rows repacked by
-     * rlxc_pack_q4_0x16 (rlxc_weight.packed; the engine takes them when it is set), y[16 G] and
+    /* Q4_0 and Q8_0, NULL where an ISA has none: the products on G groups of 16 rows repacked by
+     * rlxc_pack_x16 (rlxc_weight.packed; the engine takes them when it is set), y[16 G] and
      * y[t * ldy + n]. Each token's outputs are bit-identical between the two and whatever T. */
     void (*matvec_x16)(float *y, const void *w, const void *x, int G, int K);
     void (*matmul_x16)(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
@@ -197,9 +209,11 @@ typedef struct rlxc_kernels {
 #define RLXC_BLOCK_WTYPE(type, sfx, x_type, x_block_size, xq, dq, fx) \
     {RLXC_BLOCK_WTYPE_FIELDS(type, sfx, x_type, x_block_size, xq, dq, fx)}
 
-/* x16: the suffix of the ISA's rlxc_wtype_kernels.matvec_x16 / matmul_x16 for Q4_0, or none. */
+/* x16: the suffix of the ISA's rlxc_wtype_kernels.matvec_x16 / matmul_x16 (Q4_0, Q8_0), or none. */
 #define rlxc_matvec_q4_0x16_none NULL
 #define rlxc_matmul_q4_0x16_none NULL
+#define rlxc_matvec_q8_0x16_none NULL
+#define rlxc_matmul_q8_0x16_none NULL
 #define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops, x16)                           \
     {                                                                                                     \
         .isa = name,                                                                                      \
@@ -207,7 +221,8 @@ typedef struct rlxc_kernels {
                [RLXC_BF16] = RLXC_FLOAT_WTYPE(bf16, shalf),                                               \
                [RLXC_Q4_0] = {RLXC_BLOCK_WTYPE_FIELDS(q4_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                \
                              .matvec_x16 = rlxc_matvec_q4_0x16_##x16, .matmul_x16 = rlxc_matmul_q4_0x16_##x16}, \
-               [RLXC_Q8_0] = RLXC_BLOCK_WTYPE(q8_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                    \
+               [RLXC_Q8_0] = {RLXC_BLOCK_WTYPE_FIELDS(q8_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                \
+                             .matvec_x16 = rlxc_matvec_q8_0x16_##x16, .matmul_x16 = rlxc_matmul_q8_0x16_##x16}, \
                [RLXC_Q5_0] = RLXC_BLOCK_WTYPE(q5_0, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
@@ -249,10 +264,11 @@ typedef struct rlxc_kernels {
     void rlxc_add_##sfx(float *y, const float *a, int n);                                                      \
     void rlxc_scale_##sfx(float *y, float s, int n);                                                           \
     void rlxc_softcap_##sfx(float *y, float cap, int n);
-/* The products on repacked Q4_0 rows (rlxc_wtype_kernels.matvec_x16 / matmul_x16), where an ISA has them. */
-#define RLXC_DECLARE_X16(sfx)                                                                \
-    void rlxc_matvec_q4_0x16_##sfx(float *y, const void *w, const void *x, int G, int K); \
-    void rlxc_matmul_q4_0x16_##sfx(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
+/* The products on repacked rows (rlxc_wtype_kernels.matvec_x16 / matmul_x16), where an ISA has them. */
+#define RLXC_DECLARE_X16_1(type, sfx)                                                            \
+    void rlxc_matvec_##type##x16_##sfx(float *y, const void *w, const void *x, int G, int K); \
+    void rlxc_matmul_##type##x16_##sfx(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
+#define RLXC_DECLARE_X16(sfx) RLXC_DECLARE_X16_1(q4_0, sfx) RLXC_DECLARE_X16_1(q8_0, sfx)
 /* Every group: an ISA that defines all its kernels itself. */
 #define RLXC_DECLARE_KERNELS(sfx)                                                         \
     RLXC_DECLARE_F32(sfx) RLXC_DECLARE_Q(sfx) RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_HALF(sfx) \

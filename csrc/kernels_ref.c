@@ -2,6 +2,7 @@
  * Written for clarity; compiled with -ffp-contract=off so results do not depend on
  * whether the target has FMA. */
 #include <math.h>
+#include <string.h>
 #include "kernels_ref.h"
 #include "kernels_simd.h"
 
@@ -38,21 +39,27 @@ void rlxc_quantize_row_q8_0_scalar(void *vy, const float *x, int K) {
     }
 }
 
-size_t rlxc_q4_0x16_bytes(int N, int K) {
-    return (size_t)(N / RLXC_PACK_ROWS) * (size_t)(K / RLXC_QK) * sizeof(block_q4_0x16);
+size_t rlxc_x16_bytes(rlxc_wtype t, int N, int K) {
+    return (size_t)(N / RLXC_PACK_ROWS) * rlxc_x16_group_bytes(rlxc_x16_qs_bytes(t), K);
 }
 
-void rlxc_pack_q4_0x16(block_q4_0x16 *dst, const block_q4_0 *w, int N, int K) {
-    const size_t nb = (size_t)(K / RLXC_QK);
-    for (int g = 0; g < N / RLXC_PACK_ROWS; g++)
-        for (size_t b = 0; b < nb; b++) {
-            block_q4_0x16 *o = dst + (size_t)g * nb + b;
+void rlxc_pack_x16(rlxc_wtype t, void *dst, const void *w, int N, int K) {
+    const int qs = rlxc_x16_qs_bytes(t), nb = K / RLXC_QK;
+    const size_t gbytes = rlxc_x16_group_bytes(qs, K), row_bytes = (size_t)nb * (2 + (size_t)qs);
+    for (int g = 0; g < N / RLXC_PACK_ROWS; g++) {
+        uint8_t *group = (uint8_t *)dst + (size_t)g * gbytes;
+        memset(group, 0, gbytes);
+        for (int b = 0; b < nb; b++) {
+            uint8_t *q = (uint8_t *)rlxc_x16_quants(group, qs, b);
+            rlxc_fp16 *d = (rlxc_fp16 *)rlxc_x16_scales(group, qs, nb, b);
             for (int r = 0; r < RLXC_PACK_ROWS; r++) {
-                const block_q4_0 *src = w + ((size_t)g * RLXC_PACK_ROWS + r) * nb + b;
-                o->d[r] = src->d;
-                for (int j = 0; j < RLXC_QK / 2; j++) o->qs[j / 4][r][j % 4] = src->qs[j];
+                /* both block types: the fp16 scale, then the quants */
+                const uint8_t *src = (const uint8_t *)w + ((size_t)g * RLXC_PACK_ROWS + r) * row_bytes + (size_t)b * (2 + qs);
+                memcpy(&d[r], src, sizeof d[r]);
+                for (int j = 0; j < qs; j++) q[rlxc_x16_byte(r, j)] = src[2 + j];
             }
         }
+    }
 }
 
 void rlxc_dequantize_row_q4_0_scalar(float *y, const void *vx, int K) {
@@ -106,31 +113,41 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int nb) {
     return s;
 }
 
-/* The rows of rlxc_matvec_q4_0_scalar from the repacked layout, summed in the same order (so
- * the two agree bit for bit and the packing is tested through them). */
-void rlxc_matvec_q4_0x16_scalar(float *y, const void *vw, const void *vx, int G, int K) {
-    const block_q4_0x16 *w = vw;
-    const block_q8_0 *x = vx;
+/* The rows of rlxc_matvec_q4_0_scalar / _q8_0_scalar from the repacked layout, summed in the same
+ * order (so the two agree bit for bit and the packing is tested through them). */
+static void matvec_x16_scalar(float *y, const void *w, const block_q8_0 *x, int G, int K, int qs) {
     const int nb = K / RLXC_QK;
     for (int n = 0; n < G * RLXC_PACK_ROWS; n++) {
-        const block_q4_0x16 *g = w + (size_t)(n / RLXC_PACK_ROWS) * nb;
+        const void *group = (const uint8_t *)w + (size_t)(n / RLXC_PACK_ROWS) * rlxc_x16_group_bytes(qs, K);
         const int r = n % RLXC_PACK_ROWS;
         float s = 0.0f;
         for (int b = 0; b < nb; b++) {
+            const uint8_t *q = rlxc_x16_quants(group, qs, b);
             int sumi = 0;
-            for (int j = 0; j < RLXC_QK / 2; j++) {
-                const uint8_t q = g[b].qs[j / 4][r][j % 4];
-                sumi += ((q & 0x0f) - 8) * x[b].qs[j];
-                sumi += ((q >> 4) - 8) * x[b].qs[j + RLXC_QK / 2];
-            }
-            s += (float)sumi * rlxc_fp16_to_f32(g[b].d[r]) * rlxc_fp16_to_f32(x[b].d);
+            if (qs == 16)
+                for (int j = 0; j < RLXC_QK / 2; j++) {
+                    sumi += ((q[rlxc_x16_byte(r, j)] & 0x0f) - 8) * x[b].qs[j];
+                    sumi += ((q[rlxc_x16_byte(r, j)] >> 4) - 8) * x[b].qs[j + RLXC_QK / 2];
+                }
+            else
+                for (int j = 0; j < RLXC_QK; j++) sumi += (int8_t)q[rlxc_x16_byte(r, j)] * x[b].qs[j];
+            s += (float)sumi * rlxc_fp16_to_f32(rlxc_x16_scales(group, qs, nb, b)[r]) * rlxc_fp16_to_f32(x[b].d);
         }
         y[n] = s;
     }
 }
 
+void rlxc_matvec_q4_0x16_scalar(float *y, const void *w, const void *x, int G, int K) {
+    matvec_x16_scalar(y, w, x, G, K, 16);
+}
+void rlxc_matvec_q8_0x16_scalar(float *y, const void *w, const void *x, int G, int K) {
+    matvec_x16_scalar(y, w, x, G, K, 32);
+}
 void rlxc_matmul_q4_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
-    rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_scalar, y, ldy, w, x, G, K, T);
+    rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_scalar, 16, y, ldy, w, x, G, K, T);
+}
+void rlxc_matmul_q8_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
+    rlxc_matmul_x16_by_token(rlxc_matvec_q8_0x16_scalar, 32, y, ldy, w, x, G, K, T);
 }
 
 RLXC_DEFINE_SCALAR_MAT(f32, float, float, 1)

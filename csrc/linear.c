@@ -109,33 +109,56 @@ static int repack_enabled(void) {
     return on;
 }
 
-void rlxc_weight_pack(rlxc_weight *w) {
-    if (!repack_enabled() || w->type != RLXC_Q4_0 || w->rows < RLXC_PACK_ROWS || !w->data || !kernels_of(RLXC_Q4_0)->matvec_x16 ||
+void rlxc_weight_pack(rlxc_weight *w, int page_out) {
+    if (!repack_enabled() || !rlxc_x16_qs_bytes(w->type) || w->rows < RLXC_PACK_ROWS || !w->data ||
+        !kernels_of(w->type)->matvec_x16 ||
         __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE))
         return;
     /* two pipelines sharing a layer may begin at once */
     pthread_mutex_lock(&pack_lock);
     if (!w->packed) {
-        const size_t bytes = rlxc_q4_0x16_bytes(w->rows, w->cols);
+        const size_t bytes = rlxc_x16_bytes(w->type, w->rows, w->cols);
         const size_t huge = (size_t)2 << 20;
         void *packed = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
         if (packed) madvise(packed, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
         /* out of memory: decode keeps the GGUF layout */
         if (packed) {
-            rlxc_pack_q4_0x16(packed, w->data, w->rows, w->cols);
+            rlxc_pack_x16(w->type, packed, w->data, w->rows, w->cols);
             __atomic_store_n(&w->packed, packed, __ATOMIC_RELEASE);
-            /* Caller-owned bytes of a memory-mapped file would otherwise stay resident beside the
-             * copy. MADV_PAGEOUT keeps any memory's contents (anonymous pages just stay), and
-             * where prefill too reads the copy only f32 activations touch the rows again. */
-            if (w->borrowed && kernels_of(RLXC_Q4_0)->matmul_x16) {
+            /* MADV_PAGEOUT keeps any memory's contents (anonymous pages just stay); where prefill
+             * too reads the copy only f32 activations touch the rows again. */
+            if (page_out && w->borrowed && kernels_of(w->type)->matmul_x16) {
                 const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)w->data + page - 1) / page * page;
                 const uintptr_t b = ((uintptr_t)w->data + (w->rows / RLXC_PACK_ROWS) * RLXC_PACK_ROWS *
-                                     rlxc_wtype_row_bytes(RLXC_Q4_0, w->cols)) / page * page;
+                                     rlxc_wtype_row_bytes(w->type, w->cols)) / page * page;
                 if (b > a) madvise((void *)a, b - a, MADV_PAGEOUT);
             }
         }
     }
     pthread_mutex_unlock(&pack_lock);
+}
+
+void rlxc_weight_row(const rlxc_weight *w, int r, float *y) {
+    const int K = w->cols, qs = rlxc_x16_qs_bytes(w->type), P = RLXC_PACK_ROWS;
+    if (!w->packed || r >= w->rows / P * P) {
+        rlxc_dequantize_row(w->type, y, (const char *)w->data + (size_t)r * rlxc_wtype_row_bytes(w->type, K), K);
+        return;
+    }
+    /* the row's GGUF blocks rebuilt ROW_BLOCKS at a time, then the type's own dequantizer */
+    enum { ROW_BLOCKS = 64 };
+    uint8_t blocks[ROW_BLOCKS * (2 + 32)];
+    const int nb = K / RLXC_QK;
+    const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(r / P) * rlxc_x16_group_bytes(qs, K);
+    for (int b0 = 0; b0 < nb; b0 += ROW_BLOCKS) {
+        const int n = nb - b0 < ROW_BLOCKS ? nb - b0 : ROW_BLOCKS;
+        for (int b = 0; b < n; b++) {
+            uint8_t *dst = blocks + (size_t)b * (2 + qs);
+            const uint8_t *q = rlxc_x16_quants(grp, qs, b0 + b);
+            memcpy(dst, &rlxc_x16_scales(grp, qs, nb, b0 + b)[r % P], 2);
+            for (int j = 0; j < qs; j++) dst[2 + j] = q[rlxc_x16_byte(r % P, j)];
+        }
+        rlxc_dequantize_row(w->type, y + (size_t)b0 * RLXC_QK, blocks, n * RLXC_QK);
+    }
 }
 
 void rlxc_weight_unpack(rlxc_weight *w) {
@@ -161,7 +184,7 @@ static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const vo
 static void packed_rows(float *y, const rlxc_weight *w, const rlxc_wtype_kernels *k, const rlxc_xin *in,
                         const void *xa, int r0, int r1) {
     const int N = w->rows, K = w->cols, T = in->T, G = N / RLXC_PACK_ROWS, P = RLXC_PACK_ROWS;
-    const size_t group_bytes = rlxc_q4_0x16_bytes(P, K), x_bytes = x_row_bytes(k, K);
+    const size_t group_bytes = rlxc_x16_group_bytes(rlxc_x16_qs_bytes(w->type), K), x_bytes = x_row_bytes(k, K);
     int r = r0;
     while (r < r1 && r < G * P) {
         const int g = r / P, g_end = r1 < G * P ? r1 / P : G;

@@ -118,13 +118,14 @@ static void model_team(const rlxc_team *tm, void *arg) {
     rlxc_pipeline *p = c->m->p;
     const rlxc_model_parts *mp = &c->m->parts;
     const int T = c->T, H = p->layers[0]->hidden_size;
-    const size_t stride = rlxc_pipeline_ple_stride(p), rb = rlxc_wtype_row_bytes(mp->embed.type, H);
+    const size_t stride = rlxc_pipeline_ple_stride(p);
     float *x = rlxc_pipeline_extra(p, T), *normed = x + (size_t)T * H, *ple = normed + (size_t)T * H;
     size_t t0, t1;
     rlxc_team_share(tm, (size_t)T, 1, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
         float *xt = x + t * H;
-        rlxc_dequantize_row(mp->embed.type, xt, (const char *)mp->embed.data + c->ids[t] * rb, H);
+        /* a tied embedding's rows come from the lm_head's packed copy once it has one */
+        rlxc_weight_row(mp->lm_head.data == mp->embed.data ? &mp->lm_head : &mp->embed, c->ids[t], xt);
         if (mp->embed_scale != 1.0f) kn->scale(xt, mp->embed_scale, H);
         if (c->trace && c->trace->embeddings) memcpy(c->trace->embeddings + t * H, xt, H * sizeof(float));
     }
@@ -174,7 +175,7 @@ static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits w
              T, m->parts.lm_head.rows);
     const size_t extra = 2 * (size_t)H + 2 * rlxc_pipeline_ple_stride(p);
     if (rlxc_pipeline_begin(p, T, extra, p->n_threads, err)) return -1;
-    if (p->act == RLXC_ACT_Q8) rlxc_weight_pack(&m->parts.lm_head);
+    if (p->act == RLXC_ACT_Q8) rlxc_weight_pack(&m->parts.lm_head, 1);
     model_call c = {m, ids, T, pos0, which == RLXC_LOGITS_LAST ? T - 1 : 0,
                     which == RLXC_LOGITS_ALL ? T : which == RLXC_LOGITS_LAST ? 1 : 0, logits, trace};
     rlxc_team_run(p->n_threads, model_team, &c);

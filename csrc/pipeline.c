@@ -263,7 +263,7 @@ int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_thre
     if (p->act == RLXC_ACT_Q8)
         for (int i = 0; i < p->n_layers; i++)
             for (int s = 0; s < RLXC_W_COUNT; s++)
-                if (rlxc_wslot_is_matrix((rlxc_wslot)s)) rlxc_weight_pack(&p->layers[i]->w[s]);
+                if (rlxc_wslot_is_matrix((rlxc_wslot)s)) rlxc_weight_pack(&p->layers[i]->w[s], 1);
     return 0;
 }
 

@@ -48,12 +48,17 @@ typedef struct {
     void *packed;    /* the engine's decode layout of data (rlxc_weight_pack) or NULL; freed with the weight */
 } rlxc_weight;
 
-/* Makes w->packed where the active kernels decode w's type faster from a repacked copy (Q4_0 in
- * 16-row groups, rows past the last whole group stay in data): the engine calls it for every
- * matrix it multiplies, once; safe from several threads. The copy costs as much memory as the
- * rows it covers. */
-void rlxc_weight_pack(rlxc_weight *w);
+/* Makes w->packed where the active kernels multiply w's type faster from a repacked copy (Q4_0,
+ * Q8_0 in 16-row groups, rows past the last whole group stay in data): the engine calls it for
+ * every matrix it multiplies, once; safe from several threads. The copy costs as much memory as
+ * the rows it covers. page_out: caller-owned (borrowed) rows the engine then reads only from the
+ * copy are paged out (MADV_PAGEOUT keeps their contents), so a memory-mapped file's pages do not
+ * stay resident beside it. */
+void rlxc_weight_pack(rlxc_weight *w, int page_out);
 void rlxc_weight_unpack(rlxc_weight *w); /* frees w->packed */
+/* Row r of w as K floats, from the packed copy where it has the row (what rlxc_dequantize_row
+ * gives on data, bit for bit), so a tied embedding's lookups leave the mapped rows alone. */
+void rlxc_weight_row(const rlxc_weight *w, int r, float *y);
 
 /* The FullPipelineLayer: every per-layer parameter of a decoder layer. Adjacent layers may
  * differ in any field; the compute path reads nothing model-wide. */

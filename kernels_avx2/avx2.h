@@ -107,35 +107,41 @@ RLXC_INLINE __m256i rlxc_q6_k_offset_sums(__m256i sc16, const block_q8_k *x) {
 
 RLXC_DECLARE_KERNELS(avx2)
 RLXC_DECLARE_X16(avx2)
-/* What the repacked Q4_0 decode kernels add per activation block outside the integer dots:
- * the weights' offset -8 times the block's quant sum, and its scale. They take blocks
- * RLXC_X16_CHUNK at a time so these fit on the stack for any K (partial sums go through y). */
+/* What the repacked decode kernels add per activation block outside the integer dots: the
+ * weights' offset (what made them unsigned bytes; 0: none) times minus the block's quant sum,
+ * and its scale. They take blocks RLXC_X16_CHUNK at a time so these fit on the stack for any K
+ * (partial sums go through y). */
 #define RLXC_X16_CHUNK 256
-void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb);
-/* Bytes ahead of the block being multiplied that the x16 kernels prefetch (0: none). */
+void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb, int offset);
+
+/* Bytes ahead of the quants being multiplied that the x16 kernels prefetch (0: none). */
 #ifndef RLXC_X16_PREFETCH
 #define RLXC_X16_PREFETCH 2048
 #endif
-RLXC_INLINE void rlxc_x16_prefetch(const block_q4_0x16 *blk) {
-    for (int o = 0; RLXC_X16_PREFETCH && o < (int)sizeof *blk; o += 64)
-        _mm_prefetch((const char *)blk + RLXC_X16_PREFETCH + o, _MM_HINT_T0);
+RLXC_INLINE void rlxc_x16_prefetch(const uint8_t *quants, int bytes) {
+    for (int o = 0; RLXC_X16_PREFETCH && o < bytes; o += 64)
+        _mm_prefetch((const char *)quants + RLXC_X16_PREFETCH + o, _MM_HINT_T0);
 }
 
-/* A matvec_x16 around group(y, wb, x, bias, dx, n, first): one 16-row group over n blocks,
- * accumulating into y[0..16) unless first. */
-#define RLXC_DEFINE_MATVEC_X16(name, group)                                                  \
-    void name(float *y, const void *vw, const void *vx, int G, int K) {                      \
-        const block_q4_0x16 *w = vw;                                                         \
-        const block_q8_0 *x = vx;                                                            \
-        const int nb = K / RLXC_QK;                                                          \
-        int32_t bias[RLXC_X16_CHUNK];                                                        \
-        float dx[RLXC_X16_CHUNK];                                                            \
-        for (int b0 = 0; b0 < nb; b0 += RLXC_X16_CHUNK) {                                    \
-            const int n = nb - b0 < RLXC_X16_CHUNK ? nb - b0 : RLXC_X16_CHUNK;               \
-            rlxc_x16_block_terms(bias, dx, x + b0, n);                                       \
-            for (int g = 0; g < G; g++)                                                      \
-                group(y + 16 * (size_t)g, w + (size_t)g * nb + b0, x + b0, bias, dx, n, !b0); \
-        }                                                                                    \
+/* A matvec_x16 of rows of qs quant bytes per block and weight offset `offset`, around
+ * group(y, quants, scales, x, bias, dx, n, first): one 16-row group over n blocks, accumulating
+ * into y[0..16) unless first. */
+#define RLXC_DEFINE_MATVEC_X16(name, group, qs, offset)                                                   \
+    void name(float *y, const void *vw, const void *vx, int G, int K) {                                   \
+        const block_q8_0 *x = vx;                                                                         \
+        const int nb = K / RLXC_QK;                                                                       \
+        const size_t group_bytes = rlxc_x16_group_bytes(qs, K);                                           \
+        int32_t bias[RLXC_X16_CHUNK];                                                                     \
+        float dx[RLXC_X16_CHUNK];                                                                         \
+        for (int b0 = 0; b0 < nb; b0 += RLXC_X16_CHUNK) {                                                 \
+            const int n = nb - b0 < RLXC_X16_CHUNK ? nb - b0 : RLXC_X16_CHUNK;                            \
+            rlxc_x16_block_terms(bias, dx, x + b0, n, offset);                                            \
+            for (int g = 0; g < G; g++) {                                                                 \
+                const uint8_t *grp = (const uint8_t *)vw + (size_t)g * group_bytes;                       \
+                group(y + 16 * (size_t)g, rlxc_x16_quants(grp, qs, b0), rlxc_x16_scales(grp, qs, nb, b0), \
+                      x + b0, bias, dx, n, !b0);                                                          \
+            }                                                                                             \
+        }                                                                                                 \
     }
 /* Q4_0 one row per register: decode and small T (quant.c); rlxc_matmul_q4_0_avx2 (gemm.c) uses it
  * below 4 tokens. */

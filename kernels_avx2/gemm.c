@@ -18,20 +18,21 @@ typedef struct {
     __m256 d;
 } il_block;
 
-/* From repacked Q4_0 (block_q4_0x16): an 8-row tile is the low or high half of a group (the low
- * or high 32 bytes of each 64-byte group of dwords), nothing to gather. */
+/* From repacked Q4_0 (rlxc_pack_x16): an 8-row tile is the low or high half of a group (the low or
+ * high 32 bytes of each 64-byte run), nothing to gather. */
 static void pack_q4_0x16(il_block *dst, const void *w, int row0, int nb, int nr) {
-    const block_q4_0x16 *g = (const block_q4_0x16 *)w + (size_t)(row0 / RLXC_PACK_ROWS) * nb;
+    const uint8_t *grp = (const uint8_t *)w + (size_t)(row0 / RLXC_PACK_ROWS) * rlxc_x16_group_bytes(16, nb * RLXC_QK);
     const int half = row0 % RLXC_PACK_ROWS / IL_ROWS;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     (void)nr; /* always 8: G groups make 2 G whole tiles */
     for (int b = 0; b < nb; b++) {
+        const uint8_t *q = rlxc_x16_quants(grp, 16, b) + 32 * half;
         for (int j = 0; j < 4; j++) {
-            const __m256i z = _mm256_loadu_si256((const __m256i *)g[b].qs[j][8 * half]);
+            const __m256i z = _mm256_loadu_si256((const __m256i *)(q + 64 * j));
             dst[b].w[j] = _mm256_and_si256(z, m4);
             dst[b].w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
         }
-        dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&g[b].d[8 * half]));
+        dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rlxc_x16_scales(grp, 16, nb, b) + 8 * half)));
     }
 }
 
@@ -94,5 +95,5 @@ void rlxc_matmul_q4_0_avx2(float *y, int ldy, const void *w, const void *xq, int
 
 void rlxc_matmul_q4_0x16_avx2(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
     if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
-        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx2, y, ldy, w, xq, G, K, T);
+        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx2, 16, y, ldy, w, xq, G, K, T);
 }

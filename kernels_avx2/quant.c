@@ -109,41 +109,72 @@ RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_avx2, block_q8_0, q8_0_tile, 4, 2, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx2, rlxc_matmul_q4_0_rows_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx2, rlxc_matmul_q8_0_avx2)
 
-void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb) {
+void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb, int offset) {
     for (int b = 0; b < nb; b++) {
-        const __m256i s = rlxc_dot_u8s8(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)x[b].qs));
+        const __m256i s = rlxc_dot_u8s8(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)x[b].qs));
         const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         const __m128i q = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-        bias[b] = -_mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1))));
+        bias[b] = -offset * _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1))));
         dx[b] = rlxc_h2f(x[b].d);
     }
 }
 
-/* Decode on 16-row groups (block_q4_0x16), rows 0-7 and 8-15 in two registers: per half and
- * block 8 maddubs summed in int16 (8 * 2 * 15 * 127 < 2^15, no saturation), one widening
- * madd and one scale FMA for 8 rows. */
-RLXC_INLINE void x16_group(float *y, const block_q4_0x16 *wb, const block_q8_0 *x, const int32_t *bias,
-                           const float *dx, int n, int first) {
+/* Decode on 16-row groups, rows 0-7 and 8-15 (the low and high 32 bytes of each 64-byte run) in
+ * two registers. Q4_0: per half and block 8 maddubs summed in int16 (8 * 2 * 15 * 127 < 2^15, no
+ * saturation), one widening madd and one scale FMA for 8 rows. */
+RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
+                                const int32_t *bias, const float *dx, int n, int first) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2];
     for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
-    for (int b = 0; b < n; b++) {
-        rlxc_x16_prefetch(wb + b);
+    for (int b = 0; b < n; b++, qs += 256, d += 16) {
+        rlxc_x16_prefetch(qs, 256);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
-        const __m256 d = _mm256_set1_ps(dx[b]);
+        const __m256 dxb = _mm256_set1_ps(dx[b]);
         RLXC_UNROLL for (int h = 0; h < 2; h++) {
             __m256i p = _mm256_setzero_si256();
             RLXC_UNROLL for (int j = 0; j < 4; j++) {
-                const __m256i z = _mm256_loadu_si256((const __m256i *)wb[b].qs[j][8 * h]);
+                const __m256i z = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(z, m4), _mm256_set1_epi32(q[j])));
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4),
                                                              _mm256_set1_epi32(q[4 + j])));
             }
             const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias[b]));
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)&wb[b].d[8 * h]));
-            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, d), acc[h]);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 8 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dxb), acc[h]);
         }
     }
     for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + 8 * h, acc[h]);
 }
-RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx2, x16_group)
+
+/* Q8_0: the sign trick of q8_0_tile (|w| times x carrying w's sign); pair sums up to 2 * 128 * 127
+ * leave no room to add two maddubs in int16, so each is widened. */
+RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
+                                const int32_t *bias, const float *dx, int n, int first) {
+    (void)bias; /* signed weights: no offset */
+    __m256 acc[2];
+    for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
+    for (int b = 0; b < n; b++, qs += 512, d += 16) {
+        rlxc_x16_prefetch(qs, 512);
+        const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
+        const __m256 dxb = _mm256_set1_ps(dx[b]);
+        RLXC_UNROLL for (int h = 0; h < 2; h++) {
+            __m256i s = _mm256_setzero_si256();
+            RLXC_UNROLL for (int j = 0; j < 8; j++) {
+                const __m256i z = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
+                s = _mm256_add_epi32(s, rlxc_dot_u8s8(_mm256_sign_epi8(z, z), _mm256_sign_epi8(_mm256_set1_epi32(q[j]), z)));
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 8 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dxb), acc[h]);
+        }
+    }
+    for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + 8 * h, acc[h]);
+}
+
+RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx2, x16_group_q4_0, 16, 8)
+RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx2, x16_group_q8_0, 32, 0)
+
+/* AVX2 has no interleaved GEMM for Q8_0 (its unsigned bytes overflow the int16 sums). */
+void rlxc_matmul_q8_0x16_avx2(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
+    rlxc_matmul_x16_by_token(rlxc_matvec_q8_0x16_avx2, 32, y, ldy, w, xq, G, K, T);
+}

@@ -158,27 +158,37 @@ RLXC_INLINE void pack_q5_0_rows(il_block *blocks, int half, const block_q5_0 *w,
 }
 DEFINE_PACK(pack_q5_0, pack_q5_0_rows, block_q5_0)
 
-/* From repacked Q4_0 (block_q4_0x16), whose 16-row groups are the halves as they are: nibbles
- * split, scales converted, nothing gathered; nr is 16 or 32. */
-static void pack_q4_0x16(il_block *dst, const void *rows, int row0, int nb, int nr) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+/* From repacked rows (rlxc_pack_x16), whose 16-row groups are the halves as they are: quants made
+ * unsigned like the packs above, scales converted, nothing gathered; nr is 16 or 32. Q4_0's
+ * 64-byte runs hold both nibble groups, Q8_0's one byte group each. */
+RLXC_INLINE void pack_x16(il_block *dst, const void *rows, int row0, int nb, int nr, const int qs) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    const size_t group_bytes = rlxc_x16_group_bytes(qs, nb * RLXC_QK);
     for (int h = 0; h < 2; h++) {
-        const block_q4_0x16 *w = (const block_q4_0x16 *)rows + (size_t)(row0 / RLXC_PACK_ROWS + h) * nb;
+        const uint8_t *grp = (const uint8_t *)rows + (size_t)(row0 / RLXC_PACK_ROWS + h) * group_bytes;
         for (int b = 0; b < nb; b++) {
             il_half *o = &dst[b].h[h];
             if (16 * h >= nr) {
                 *o = (il_half){0};
                 continue;
             }
+            const uint8_t *q = rlxc_x16_quants(grp, qs, b);
             for (int g = 0; g < 4; g++) {
-                const __m512i z = _mm512_loadu_si512(w[b].qs[g]);
-                o->w[g] = _mm512_and_si512(z, m4);
-                o->w[4 + g] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                if (qs == 16) {
+                    const __m512i z = _mm512_loadu_si512(q + 64 * g);
+                    o->w[g] = _mm512_and_si512(z, m4);
+                    o->w[4 + g] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                } else {
+                    o->w[2 * g] = _mm512_xor_si512(_mm512_loadu_si512(q + 128 * g), flip);
+                    o->w[2 * g + 1] = _mm512_xor_si512(_mm512_loadu_si512(q + 128 * g + 64), flip);
+                }
             }
-            o->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w[b].d));
+            o->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)rlxc_x16_scales(grp, qs, nb, b)));
         }
     }
 }
+static void pack_q4_0x16(il_block *dst, const void *rows, int row0, int nb, int nr) { pack_x16(dst, rows, row0, nb, nr, 16); }
+static void pack_q8_0x16(il_block *dst, const void *rows, int row0, int nb, int nr) { pack_x16(dst, rows, row0, nb, nr, 32); }
 
 /* 32 rows x C tokens: y[t * ldy + r] for r < nr. bias[(size_t)t * nb + b] = -weight_offset * sum of
  * token t's block b, dx its scale. */
@@ -230,8 +240,11 @@ DEFINE_IL_MATMUL(q4_0, block_q4_0, 8, rlxc_matmul_q4_0_pairs_avx512)
 DEFINE_IL_MATMUL(q5_0, block_q5_0, 16, rlxc_matmul_q5_0_rows_avx512)
 DEFINE_IL_MATMUL(q8_0, block_q8_0, 128, rlxc_matmul_q8_0_pairs_avx512)
 
-/* Repacked Q4_0: no copy to gather, and per token the same operations as the decode kernel. */
-void rlxc_matmul_q4_0x16_avx512(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
-        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx512, y, ldy, w, xq, G, K, T);
-}
+/* Repacked rows: no copy to gather, and per token the same operations as the decode kernels. */
+#define DEFINE_X16_MATMUL(kind, qs, offset)                                                                    \
+    void rlxc_matmul_##kind##x16_avx512(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) { \
+        if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_##kind##x16, offset))      \
+            rlxc_matmul_x16_by_token(rlxc_matvec_##kind##x16_avx512, qs, y, ldy, w, xq, G, K, T);               \
+    }
+DEFINE_X16_MATMUL(q4_0, 16, 8)
+DEFINE_X16_MATMUL(q8_0, 32, 128)

@@ -103,26 +103,47 @@ RLXC_DEFINE_QMATMUL(rlxc_matmul_q8_0_pairs_avx512, block_q8_0, q8_0_tile, 8, 4, 
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_0_avx512, rlxc_matmul_q4_0_pairs_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx512, rlxc_matmul_q8_0_pairs_avx512)
 
-/* Decode on 16-row groups (block_q4_0x16): per block 4 loads, 8 vpdpbusd (low nibbles with
- * activation group g, high nibbles with group 4 + g, two chains) and one scale FMA for all 16
- * rows: ~30 ops where the one-row kernel above needs ~80. A thread's groups are one contiguous
- * stream, which the hardware prefetcher follows without help. */
-RLXC_INLINE void x16_group(float *y, const block_q4_0x16 *wb, const block_q8_0 *x, const int32_t *bias,
-                           const float *dx, int n, int first) {
+/* Decode on 16-row groups (rlxc_pack_x16), one row per 32-bit lane. Q4_0: per block 4 loads, 8
+ * vpdpbusd (low nibbles with activation group g, high nibbles with group 4 + g, two chains) and
+ * one scale FMA for all 16 rows: ~30 ops where the one-row kernel above needs ~80. */
+RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
+                                const int32_t *bias, const float *dx, int n, int first) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
-    for (int b = 0; b < n; b++) {
-        rlxc_x16_prefetch(wb + b);
+    for (int b = 0; b < n; b++, qs += 256, d += 16) {
+        rlxc_x16_prefetch(qs, 256);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
         RLXC_UNROLL for (int j = 0; j < 4; j++) {
-            const __m512i z = _mm512_loadu_si512(wb[b].qs[j]);
+            const __m512i z = _mm512_loadu_si512(qs + 64 * j);
             lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(z, m4), _mm512_set1_epi32(q[j]));
             hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4), _mm512_set1_epi32(q[4 + j]));
         }
-        const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wb[b].d)), _mm512_set1_ps(dx[b]));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), d, acc);
+        const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)), _mm512_set1_ps(dx[b]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), s, acc);
     }
     _mm512_storeu_ps(y, acc);
 }
-RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx512, x16_group)
+
+/* Q8_0: quants made unsigned by flipping the sign bit (w + 128), 8 vpdpbusd per block. */
+RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
+                                const int32_t *bias, const float *dx, int n, int first) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
+    for (int b = 0; b < n; b++, qs += 512, d += 16) {
+        rlxc_x16_prefetch(qs, 512);
+        const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
+        __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
+        RLXC_UNROLL for (int j = 0; j < 4; j++) {
+            lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(_mm512_loadu_si512(qs + 128 * j), flip), _mm512_set1_epi32(q[2 * j]));
+            hi = _mm512_dpbusd_epi32(hi, _mm512_xor_si512(_mm512_loadu_si512(qs + 128 * j + 64), flip),
+                                     _mm512_set1_epi32(q[2 * j + 1]));
+        }
+        const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)), _mm512_set1_ps(dx[b]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), s, acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
+RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx512, x16_group_q4_0, 16, 8)
+RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx512, x16_group_q8_0, 32, 128)

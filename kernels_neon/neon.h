@@ -127,8 +127,10 @@ RLXC_DECLARE_KERNELS(neon)
 RLXC_DECLARE_Q(neon_dotprod)
 RLXC_DECLARE_WQ(neon_dotprod)
 void rlxc_matvec_q4_0x16_neon_dotprod(float *y, const void *w, const void *x, int G, int K);
-/* Prefill keeps kqmat.h's GEMM on the GGUF layout, which reuses each weight register across
+void rlxc_matvec_q8_0x16_neon_dotprod(float *y, const void *w, const void *x, int G, int K);
+/* Prefill keeps qmat.h's GEMM on the GGUF layout, which reuses each weight register across
  * tokens: NEON has no interleaved GEMM for the repacked rows. */
 #define rlxc_matmul_q4_0x16_neon_dotprod NULL
+#define rlxc_matmul_q8_0x16_neon_dotprod NULL
 
 #endif

@@ -294,25 +294,29 @@ static void test_mat(result *out, const rlxc_kernels *k) {
     }
 }
 
-/* The products on repacked Q4_0 (matvec_x16 / matmul_x16, where the table has them) against the
- * scalar products on the GGUF rows: bit-identical for the scalar twin, within TOL for SIMD; and
- * (where a table has matmul_x16) each token's outputs of it bit-identical with matvec_x16 (the engine's
- * prefill == decode and its thread-count independence rest on it). Block counts pass the
- * kernels' 256-block chunk, token counts the GEMM tiles. */
-static void x16_case(result *r, const rlxc_kernels *k, int G, int nb, int T) {
+/* The products on repacked Q4_0 / Q8_0 (matvec_x16 / matmul_x16, where the table has them) against
+ * the scalar products on the GGUF rows: bit-identical for the scalar twin, within TOL for SIMD;
+ * and (where a table has matmul_x16) each token's outputs of it bit-identical with matvec_x16
+ * (the engine's prefill == decode and its thread-count independence rest on it). Block counts
+ * pass the kernels' 256-block chunk, token counts the GEMM tiles. The packed buffer is malloc'ed
+ * at its size and offset from 64-byte alignment, so reads past it and aligned-load assumptions
+ * both fail. */
+static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, int T) {
+    const rlxc_wtype type = wkinds[kind].type;
+    const rlxc_wtype_kernels *kw = &k->wt[type];
     const int N = G * RLXC_PACK_ROWS, K = nb * RLXC_QK, ldy = N + 3, ny = T * ldy;
-    block_q4_0 *w = xmalloc((size_t)N * nb * sizeof(block_q4_0));
-    block_q4_0x16 *wp = xmalloc(rlxc_q4_0x16_bytes(N, K));
+    const size_t row_bytes = (size_t)nb * wkinds[kind].bytes, packed = rlxc_x16_bytes(type, N, K);
+    uint8_t *w = xmalloc((size_t)N * row_bytes), *wbuf = xmalloc(packed + 16), *wp = wbuf + 16;
     float *wabs = xmalloc((size_t)N * K * sizeof(float)), *xd = xmalloc((size_t)T * K * sizeof(float));
     float *ref = guarded(ny), *got = guarded(ny), *one = guarded(N), *scale = xmalloc((size_t)ny * sizeof(float));
-    random_weights(W_Q4_0, w, (size_t)N * nb);
-    rlxc_pack_q4_0x16(wp, w, N, K);
+    random_weights(kind, w, (size_t)N * nb);
+    rlxc_pack_x16(type, wp, w, N, K);
     block_q8_0 *x = random_activations(ACT_Q8_0, xd, T, K);
-    for (int n = 0; n < N; n++) weight_terms(W_Q4_0, wabs + (size_t)n * K, w + (size_t)n * nb, K);
+    for (int n = 0; n < N; n++) weight_terms(kind, wabs + (size_t)n * K, w + n * row_bytes, K);
     product_scales(scale, ldy, wabs, xd, N, K, T);
-    rlxc_kernels_scalar.wt[RLXC_Q4_0].matmul(ref, ldy, w, x, N, K, T);
-    if (T == 1) k->wt[RLXC_Q4_0].matvec_x16(got, wp, x, G, K);
-    else k->wt[RLXC_Q4_0].matmul_x16(got, ldy, wp, x, G, K, T);
+    rlxc_kernels_scalar.wt[type].matmul(ref, ldy, w, x, N, K, T);
+    if (T == 1) kw->matvec_x16(got, wp, x, G, K);
+    else kw->matmul_x16(got, ldy, wp, x, G, K, T);
     r->cases++;
     if (k == &rlxc_kernels_scalar)
         for (int t = 0; t < T; t++)
@@ -323,26 +327,27 @@ static void x16_case(result *r, const rlxc_kernels *k, int G, int nb, int T) {
     compare(r, got, ref, scale, ny, G, K, T);
     check_guards(r, got, ny, G, K, T);
     for (int t = 0; t < T; t++) {
-        k->wt[RLXC_Q4_0].matvec_x16(one, wp, x + (size_t)t * nb, G, K);
+        kw->matvec_x16(one, wp, x + (size_t)t * nb, G, K);
         check_guards(r, one, N, G, K, t);
         if (memcmp(one, got + t * ldy, (size_t)N * sizeof(float))) {
             fail(r, "G %d K %d T %d: token %d of matmul_x16 differs from matvec_x16", G, K, T, t);
             r->max_err = INFINITY;
         }
     }
-    free(w), free(wp), free(wabs), free(xd), free(x), free(scale);
+    free(w), free(wbuf), free(wabs), free(xd), free(x), free(scale);
     free_guarded(ref), free_guarded(got), free_guarded(one);
 }
 
-static void test_x16(result *r, const rlxc_kernels *k) {
+static void test_x16(result *r, const rlxc_kernels *k, int kind) {
     static const int Gs[] = {1, 2, 3, 5}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
-    r->name = "matvec/matmul_q4_0x16";
-    if (!k->wt[RLXC_Q4_0].matvec_x16) return;
+    const rlxc_wtype_kernels *kw = &k->wt[wkinds[kind].type];
+    r->name = kind == W_Q4_0 ? "matvec/matmul_q4_0x16" : "matvec/matmul_q8_0x16";
+    if (!kw->matvec_x16) return;
     for (int a = 0; a < LEN(Gs); a++)
-        for (int b = 0; b < LEN(nbs); b++) x16_case(r, k, Gs[a], nbs[b], 1);
-    if (!k->wt[RLXC_Q4_0].matmul_x16) return; /* NEON: decode only */
+        for (int b = 0; b < LEN(nbs); b++) x16_case(r, k, kind, Gs[a], nbs[b], 1);
+    if (!kw->matmul_x16) return; /* NEON: decode only */
     for (int a = 0; a < LEN(Gs); a++)
-        for (int c = 0; c < LEN(Ts); c++) x16_case(r, k, Gs[a], a % 2 ? 9 : 130, Ts[c]);
+        for (int c = 0; c < LEN(Ts); c++) x16_case(r, k, kind, Gs[a], a % 2 ? 9 : 130, Ts[c]);
 }
 
 /* ---- dequantization (the f32-activation path): bit-identical ---- */
@@ -793,7 +798,7 @@ static int run_big(const char *isa) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 15)
+#define N_RESULTS (2 * N_WKINDS + 16)
 
 static int run_isa(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
@@ -806,7 +811,8 @@ static int run_isa(const char *isa) {
     test_quantize_k(r++, k);
     test_dequantize(r++, k);
     test_matvec_fx(r++, k);
-    test_x16(r++, k);
+    test_x16(r++, k, W_Q4_0);
+    test_x16(r++, k, W_Q8_0);
     test_norms(r, k), r += 2;
     test_rope(r++, k);
     test_attention(r++, k);
