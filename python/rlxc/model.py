@@ -213,6 +213,7 @@ class Model:
             self.lm_vocab = head.shape[0]
         self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
         self._engine: Engine | None = None
+        self._engine_ple: tuple[Any, ...] | None = None
         self._pipe: Pipeline | None = None
         self._pipe_layers: tuple[int, ...] = ()
         self._activations: Literal["q8", "f32"] = "q8"
@@ -307,16 +308,27 @@ class Model:
                         norm_bias=self.norm_bias, norm_eps=self.norm_eps, norm_offset=self.norm_offset,
                         final_softcap=self.final_softcap, **kw)
         object.__setattr__(self, "_engine", engine)
+        object.__setattr__(self, "_engine_ple", self._ple_parts())
         return engine
+
+    def _ple_parts(self) -> tuple[Any, ...]:
+        """The ``ple`` dict's entries, to tell in :meth:`reset` whether one was replaced."""
+        return () if self.ple is None else tuple(self.ple.items())
 
     def reset(self) -> None:
         """Empty the KV cache (and pick up layer list changes, K/V shape edits and edits of the
         ``ple`` dict)."""
-        self._engine = None
         ids = tuple(id(l) for l in self.layers)
         if self._pipe is not None and ids == self._pipe_layers:
             self._pipe.reset()
+            # the engine over the same pipeline stays (and with it the lm_head's packed copy,
+            # which costs a pass over the matrix to rebuild) unless a ple entry was replaced
+            old, new = self._engine_ple, self._ple_parts()
+            if old is None or len(old) != len(new) or any(
+                    k1 != k2 or v1 is not v2 for (k1, v1), (k2, v2) in zip(old, new)):
+                self._engine = None
         else:
+            self._engine = None
             self._pipe = None
             self.pipeline  # noqa: B018 - builds it
 
