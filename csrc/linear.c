@@ -109,6 +109,20 @@ static int repack_enabled(void) {
     return on;
 }
 
+/* Copies this large are aligned to and rounded up to 2 MiB for huge pages (streaming them then
+ * misses the TLB 512 times less often); smaller ones are only 64-byte aligned (rounding a small
+ * matrix to 2 MiB would waste the difference). */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_COPY_BYTES (2 * HUGE_PAGE)
+
+static void *packed_alloc(size_t bytes) {
+    if (bytes < HUGE_COPY_BYTES) return aligned_alloc(64, (bytes + 63) / 64 * 64);
+    const size_t size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void *p = aligned_alloc(HUGE_PAGE, size);
+    if (p) madvise(p, size, MADV_HUGEPAGE);
+    return p;
+}
+
 void rlxc_weight_pack(rlxc_weight *w, int page_out) {
     if (!repack_enabled() || !rlxc_x16_qs_bytes(w->type) || w->rows < RLXC_PACK_ROWS || !w->data ||
         !kernels_of(w->type)->matvec_x16 ||
@@ -118,9 +132,7 @@ void rlxc_weight_pack(rlxc_weight *w, int page_out) {
     pthread_mutex_lock(&pack_lock);
     if (!w->packed) {
         const size_t bytes = rlxc_x16_bytes(w->type, w->rows, w->cols);
-        const size_t huge = (size_t)2 << 20;
-        void *packed = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
-        if (packed) madvise(packed, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+        void *packed = packed_alloc(bytes);
         /* out of memory: decode keeps the GGUF layout */
         if (packed) {
             rlxc_pack_x16(w->type, packed, w->data, w->rows, w->cols);
