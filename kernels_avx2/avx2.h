@@ -114,15 +114,6 @@ RLXC_DECLARE_X16(avx2)
 #define RLXC_X16_CHUNK 256
 void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb, int offset);
 
-/* Bytes ahead of the quants being multiplied that the x16 kernels prefetch (0: none). */
-#ifndef RLXC_X16_PREFETCH
-#define RLXC_X16_PREFETCH 2048
-#endif
-RLXC_INLINE void rlxc_x16_prefetch(const uint8_t *quants, int bytes) {
-    for (int o = 0; RLXC_X16_PREFETCH && o < bytes; o += 64)
-        _mm_prefetch((const char *)quants + RLXC_X16_PREFETCH + o, _MM_HINT_T0);
-}
-
 /* A matvec_x16 of rows of qs quant bytes per block and weight offset `offset`, around
  * group(y, quants, scales, x, bias, dx, n, first): one 16-row group over n blocks, accumulating
  * into y[0..16) unless first. */

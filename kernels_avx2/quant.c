@@ -128,7 +128,6 @@ RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d,
     __m256 acc[2];
     for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
     for (int b = 0; b < n; b++, qs += 256, d += 16) {
-        rlxc_x16_prefetch(qs, 256);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         const __m256 dxb = _mm256_set1_ps(dx[b]);
         RLXC_UNROLL for (int h = 0; h < 2; h++) {
@@ -155,7 +154,6 @@ RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *qs, const rlxc_fp16 *d,
     __m256 acc[2];
     for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
     for (int b = 0; b < n; b++, qs += 512, d += 16) {
-        rlxc_x16_prefetch(qs, 512);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         const __m256 dxb = _mm256_set1_ps(dx[b]);
         RLXC_UNROLL for (int h = 0; h < 2; h++) {

@@ -111,7 +111,6 @@ RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d,
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
     for (int b = 0; b < n; b++, qs += 256, d += 16) {
-        rlxc_x16_prefetch(qs, 256);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
         RLXC_UNROLL for (int j = 0; j < 4; j++) {
@@ -131,7 +130,6 @@ RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *qs, const rlxc_fp16 *d,
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
     for (int b = 0; b < n; b++, qs += 512, d += 16) {
-        rlxc_x16_prefetch(qs, 512);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
         RLXC_UNROLL for (int j = 0; j < 4; j++) {
