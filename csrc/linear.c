@@ -101,12 +101,14 @@ static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* RLXC_REPACK=0 keeps every weight in its GGUF layout: no second copy in memory. */
 static int repack_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
+    static int on = -1; /* threads of several pipelines may ask at once: same answer, atomic reads */
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
         const char *e = getenv("RLXC_REPACK");
-        __atomic_store_n(&on, !(e && !strcmp(e, "0")), __ATOMIC_RELAXED);
+        v = !(e && !strcmp(e, "0"));
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
     }
-    return on;
+    return v;
 }
 
 /* Copies this large are aligned to and rounded up to 2 MiB for huge pages (streaming them then
@@ -178,14 +180,10 @@ void rlxc_weight_unpack(rlxc_weight *w) {
     w->packed = NULL;
 }
 
-/* Rows [r0, r1) of T tokens from the repacked groups. A group cut by the range is computed whole
- * into a buffer, PART_T tokens at a time, so that every row's value is the same whichever thread
- * computes it; rows past the last whole group take the GGUF layout's kernels. */
-#define PART_T 16
-
-/* Whether the active kernels multiply w's repacked rows for T tokens (NEON: decode only). */
+/* Whether the active kernels multiply w's repacked rows for T tokens (NEON: decode only). Another
+ * pipeline sharing the layer may be packing it right now, hence the acquire load. */
 static int x16_runs(const rlxc_weight *w, const rlxc_wtype_kernels *k, int T) {
-    return w->packed && (T == 1 ? k->matvec_x16 != NULL : k->matmul_x16 != NULL);
+    return __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE) && (T == 1 ? k->matvec_x16 != NULL : k->matmul_x16 != NULL);
 }
 
 static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const void *w, const void *x, int G, int K,
@@ -193,6 +191,11 @@ static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const vo
     if (T == 1) k->matvec_x16(y, w, x, G, K);
     else k->matmul_x16(y, ldy, w, x, G, K, T);
 }
+
+/* Rows [r0, r1) of T tokens from the repacked groups. A group cut by the range is computed whole
+ * into a buffer, PART_T tokens at a time, so that every row's value is the same whichever thread
+ * computes it; rows past the last whole group take the GGUF layout's kernels. */
+#define PART_T 16
 static void packed_rows(float *y, const rlxc_weight *w, const rlxc_wtype_kernels *k, const rlxc_xin *in,
                         const void *xa, int r0, int r1) {
     const int N = w->rows, K = w->cols, T = in->T, G = N / RLXC_PACK_ROWS, P = RLXC_PACK_ROWS;

@@ -45,7 +45,7 @@ typedef struct {
     int rows, cols;  /* vectors: rows == 1 */
     void *data;      /* NULL = not set */
     int borrowed;    /* data belongs to the caller (e.g. a memory-mapped file) and is not freed */
-    void *packed;    /* the engine's decode layout of data (rlxc_weight_pack) or NULL; freed with the weight */
+    void *packed;    /* the engine's repacked copy of data (rlxc_weight_pack) or NULL; freed with the weight */
 } rlxc_weight;
 
 /* Makes w->packed where the active kernels multiply w's type faster from a repacked copy (Q4_0,

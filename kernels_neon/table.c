@@ -13,8 +13,8 @@
 #define HWCAP_ASIMDDP (1 << 20) /* <asm/hwcap.h>; older headers lack it */
 #endif
 
-/* The two tables differ only in their quantized products (groups q and wq, and the repacked
- * Q4_0 decode, dotprod only). */
+/* The two tables differ only in their quantized products (groups q and wq, and the decode on
+ * repacked Q4_0 / Q8_0 rows, dotprod only). */
 #define NEON_TABLE(q, x16) RLXC_KERNEL_TABLE("neon", neon, q, q, neon, neon, neon, neon, neon, x16)
 
 static const rlxc_kernels plain = NEON_TABLE(neon, none);

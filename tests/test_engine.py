@@ -195,7 +195,7 @@ def test_memory_flat_over_5000_model_decodes_and_50_engines():
     grown = rss_kb() - start
     assert grown < 512, f"RSS grew by {grown} kB over 5,000 decodes"
     norm = model.norm_weight
-    model.reset()                  # drops the engine; the next call builds one
+    model.reset()
     refs = sys.getrefcount(norm)
     start = rss_kb()
     for _ in range(50):  # engines rebuilt (a model part assigned) and dropped
@@ -206,3 +206,19 @@ def test_memory_flat_over_5000_model_decodes_and_50_engines():
     grown = rss_kb() - start
     assert grown < 1024, f"RSS grew by {grown} kB over 50 engines"
     assert sys.getrefcount(norm) == refs, "dropped engines kept their arrays"
+
+
+def test_reset_keeps_the_engine_unless_a_ple_entry_was_replaced():
+    """reset() empties the cache over the same engine (its lm_head's packed copy survives); a
+    replaced ``ple`` entry is picked up by a new engine."""
+    model = rlxc.from_hf(build("gemma4_ple"), weights="q4_0", max_seq=32)
+    ids = token_ids(4)
+    before = model.prefill(ids, logits="last")
+    engine = model.engine
+    model.reset()
+    assert model.engine is engine
+    np.testing.assert_array_equal(model.prefill(ids, logits="last"), before)
+    model.ple["embed_scale"] = model.ple["embed_scale"] * 2  # (proj_scale would be normed away)
+    model.reset()
+    assert model.engine is not engine
+    assert not np.allclose(model.prefill(ids, logits="last"), before)
