@@ -10,7 +10,8 @@
 # Builds llama-bench and rlxc there, writes a random Llama Q4_0 GGUF (hidden 4096, ffn 14336, GQA
 # 32/8, vocab 32000) with benchmarks/gguf_export.py, measures the streaming read, then per round
 # and thread count: llama-bench (pp256, tg32) and rlxc with each RLXC_SPIN_US of $SPINS (default
-# 0,50,300; 50 is rlxc's default), taking turns; last, the same on 2 cores with one kept busy.
+# 0,50,300; 50 is rlxc's default), taking turns; last (unless BUSY=0), the same on 2 cores with one
+# kept busy.
 D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)|L3"
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -64,6 +65,7 @@ for r in $(seq $ROUNDS); do for t in ${T//,/ }; do
   l=$($W/llama.cpp/build/bin/llama-bench -m $W/m.gguf -t $t -p 256 -n 32 -r 2 -o csv 2>/dev/null | tail -2 | awk -F, '{printf "%s ", $(NF-1)}')
   echo "round $r t=$t llama(pp,tg)=$l $(rlxc_runs $t 256 32)"
 done; done
+[ "${BUSY:-1}" = 0 ] && exit 0  # BUSY=0 skips the busy-core part
 taskset -c 1 sh -c 'while :; do :; done' & BUSY=$!
 for r in $(seq $ROUNDS); do
   l=$(taskset -c 0,1 $W/llama.cpp/build/bin/llama-bench -m $W/m.gguf -t 2 -p 128 -n 32 -r 2 -o csv 2>/dev/null | tail -2 | awk -F, '{printf "%s ", $(NF-1)}')

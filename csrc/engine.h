@@ -59,6 +59,8 @@ typedef struct {
     float *dq;      /* each thread's dequantized rows */
     float *scores;  /* each thread's max_seq attention scores */
     int scores_threads;
+    float *probs;   /* attention weights of a tapped attn_probs stage: [T][num_q_heads][n_keys] */
+    size_t cap_probs;
 } rlxc_scratch;
 
 struct rlxc_pipeline {
@@ -69,7 +71,20 @@ struct rlxc_pipeline {
     rlxc_scratch s;
     size_t dq_stride;   /* floats of one thread's dq */
     size_t rope_floats; /* the widest layer's rotary_dim / 2: room for its RoPE frequencies */
+    rlxc_tap_fn tap_fn; /* rlxc_pipeline_set_taps */
+    void *tap_ctx;
+    uint32_t *tap_masks; /* [n_layers + 1] */
+    int tap_failed, tap_failed_layer; /* the call's first failed tap, set by rlxc_tap */
+    rlxc_stage tap_failed_stage;
 };
+
+/* Whether stage s of layer li (-1: the model) is tapped. */
+int rlxc_tapped(const rlxc_pipeline *p, int li, rlxc_stage s);
+/* Whole team: when the stage is tapped, a barrier, the tap on one thread, a barrier (returns 1);
+ * else nothing (returns 0). data[T][width] at positions pos0... */
+int rlxc_tap(rlxc_pipeline *p, const rlxc_team *tm, int li, rlxc_stage s, float *data, int T, int pos0, size_t width);
+/* After a call's team: -1 with the message if a tap failed (and clears the failure). */
+int rlxc_taps_failed(rlxc_pipeline *p, char *err);
 
 /* Checks everything a run of T tokens depends on (layers may have been edited) and grows the
  * scratch; extra_floats more floats per token at the end of the activation buffers are the

@@ -25,6 +25,7 @@ void rlxc_layer_init(rlxc_layer *l) {
     l->rope_layout = RLXC_ROPE_PREFIX;
     l->rope_attn_factor = 1.0f;
     l->kv_shared_from = -1;
+    l->steer_scale = 1.0f;
 }
 
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s) {
@@ -52,6 +53,9 @@ static const char *const slot_names[RLXC_W_COUNT] = {
     [RLXC_W_FFN_POST_NORM] = "ffn_post_norm",
     [RLXC_W_PLE_GATE] = "ple_gate",        [RLXC_W_PLE_PROJ] = "ple_proj",
     [RLXC_W_PLE_NORM] = "ple_norm",        [RLXC_W_ROPE_FREQ_FACTORS] = "rope_freq_factors",
+    [RLXC_W_STEER_PRE] = "steer_resid_pre", [RLXC_W_STEER_MID] = "steer_resid_mid",
+    [RLXC_W_STEER_POST] = "steer_resid_post",
+    [RLXC_W_HEAD_SCALE] = "head_scale",    [RLXC_W_NEURON_SCALE] = "neuron_scale",
 };
 
 const char *rlxc_wslot_name(rlxc_wslot s) { return s >= 0 && s < RLXC_W_COUNT ? slot_names[s] : "?"; }
@@ -89,6 +93,8 @@ void rlxc_wslot_shape(const rlxc_layer *l, rlxc_wslot s, int *rows, int *cols) {
     case RLXC_W_PLE_GATE: r = P; break;
     case RLXC_W_PLE_PROJ: r = H; c = P; break;
     case RLXC_W_ROPE_FREQ_FACTORS: c = l->rotary_dim / 2; break;
+    case RLXC_W_HEAD_SCALE: c = l->num_q_heads; break;
+    case RLXC_W_NEURON_SCALE: c = I; break;
     default: break; /* norms and hidden-sized biases: [hidden] */
     }
     *rows = r;
@@ -119,6 +125,9 @@ int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s) {
     case RLXC_W_DOWN_B: return l->ffn_down_bias;
     case RLXC_W_PLE_GATE: case RLXC_W_PLE_PROJ: case RLXC_W_PLE_NORM: return l->ple_dim > 0;
     case RLXC_W_ROPE_FREQ_FACTORS: return l->rotary_dim > 0 && l->w[s].data != NULL;
+    case RLXC_W_STEER_PRE: case RLXC_W_STEER_MID: case RLXC_W_STEER_POST: case RLXC_W_HEAD_SCALE:
+    case RLXC_W_NEURON_SCALE:
+        return l->w[s].data != NULL; /* interventions: on when set */
     default: return 0;
     }
 }
@@ -300,6 +309,7 @@ static int check_fields(const rlxc_layer *l, char *err) {
         FAIL("rope_base must be a positive finite number, got %g", l->rope_base);
     if (!isfinite(l->rope_attn_factor)) FAIL("rope_attn_factor must be finite, got %g", l->rope_attn_factor);
     if (l->sliding_window < 0) FAIL("sliding_window must be >= 0 (0 = no window), got %d", l->sliding_window);
+    if (!isfinite(l->steer_scale)) FAIL("steer_scale must be finite, got %g", l->steer_scale);
     if (!isfinite(l->layer_scalar)) FAIL("layer_scalar must be finite, got %g", l->layer_scalar);
     if (!isfinite(l->norm_offset)) FAIL("norm_offset must be finite, got %g", l->norm_offset);
     if (!isfinite(l->qk_norm_offset)) FAIL("qk_norm_offset must be finite, got %g", l->qk_norm_offset);

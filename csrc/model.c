@@ -129,6 +129,7 @@ static void model_team(const rlxc_team *tm, void *arg) {
         if (mp->embed_scale != 1.0f) kn->scale(xt, mp->embed_scale, H);
         if (c->trace && c->trace->embeddings) memcpy(c->trace->embeddings + t * H, xt, H * sizeof(float));
     }
+    rlxc_tap(p, tm, -1, RLXC_STAGE_EMBED, x, T, c->pos0, H);
     if (stride) {
         rlxc_team_sync(tm);
         per_layer_inputs(tm, c, x, ple, ple + stride * T);
@@ -150,12 +151,14 @@ static void model_team(const rlxc_team *tm, void *arg) {
         if (c->trace && c->trace->final_norm) memcpy(c->trace->final_norm + r * H, nr, H * sizeof(float));
     }
     rlxc_team_sync(tm);
+    rlxc_tap(p, tm, -1, RLXC_STAGE_FINAL_NORM, normed, c->rows, c->pos0 + c->first, H);
     const rlxc_weight *lm = &mp->lm_head;
     int r0, r1;
     rlxc_products_alike(p, tm, normed, c->rows, H, &(rlxc_product){c->logits, lm, NULL}, 1, &r0, &r1);
     if (mp->final_softcap > 0.0f)
         for (int r = 0; r < c->rows && r0 < r1; r++)
             kn->softcap(c->logits + (size_t)r * lm->rows + r0, mp->final_softcap, r1 - r0);
+    rlxc_tap(p, tm, -1, RLXC_STAGE_LOGITS, c->logits, c->rows, c->pos0 + c->first, (size_t)lm->rows);
 }
 
 static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits which, float *logits,
@@ -179,7 +182,7 @@ static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits w
     model_call c = {m, ids, T, pos0, which == RLXC_LOGITS_LAST ? T - 1 : 0,
                     which == RLXC_LOGITS_ALL ? T : which == RLXC_LOGITS_LAST ? 1 : 0, logits, trace};
     rlxc_team_run(p->n_threads, model_team, &c);
-    return 0;
+    return rlxc_taps_failed(p, err);
 }
 
 int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits,

@@ -46,6 +46,8 @@ void rlxc_pipeline_free(rlxc_pipeline *p) {
     free(p->s.xq);
     free(p->s.dq);
     free(p->s.scores);
+    free(p->s.probs);
+    free(p->tap_masks);
     free(p);
 }
 
@@ -59,7 +61,8 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
     p->n_threads = n_threads > 0 ? n_threads : rlxc_threads_default();
     p->layers = malloc(n_layers * sizeof *p->layers);
     p->kv = calloc(n_layers, sizeof *p->kv);
-    if (!p->layers || !p->kv) {
+    p->tap_masks = calloc(n_layers + 1, sizeof *p->tap_masks);
+    if (!p->layers || !p->kv || !p->tap_masks) {
         snprintf(err, RLXC_ERRLEN, "out of memory");
         rlxc_pipeline_free(p);
         return NULL;
@@ -81,14 +84,34 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
     return p;
 }
 
-int rlxc_pipeline_reset(rlxc_pipeline *p, char *err) {
-    p->n_past = 0;
+int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p) {
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
         const int own = l->kv_shared_from < 0;
         if (own != (p->kv[i].k != NULL) || (own && (p->kv[i].heads != l->num_kv_heads || p->kv[i].dim != l->head_dim)))
-            return alloc_caches(p, err);
+            return 1;
     }
+    return 0;
+}
+
+int rlxc_pipeline_reset(rlxc_pipeline *p, char *err) {
+    p->n_past = 0;
+    return rlxc_pipeline_kv_reshaped(p) ? alloc_caches(p, err) : 0;
+}
+
+int rlxc_pipeline_kv(const rlxc_pipeline *p, int i, float **k, float **v, int *heads, int *dim) {
+    const int src = p->kv[i].shared && p->layers[i]->kv_shared_from >= 0 ? p->layers[i]->kv_shared_from : i;
+    const rlxc_kv_cache *c = &p->kv[src];
+    *k = c->k;
+    *v = c->v;
+    *heads = c->heads;
+    *dim = c->dim;
+    return src;
+}
+
+int rlxc_pipeline_set_n_past(rlxc_pipeline *p, int n, char *err) {
+    if (n < 0 || n > p->max_seq) FAIL("n_past must be in [0, max_seq=%d], got %d", p->max_seq, n);
+    p->n_past = n;
     return 0;
 }
 
@@ -257,9 +280,29 @@ static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
     return 0;
 }
 
+/* Room for a tapped attn_probs stage: T queries of the most heads over every key up to n_past + T. */
+static int ensure_probs(rlxc_pipeline *p, int T, char *err) {
+    size_t need = 0;
+    const size_t keys = (size_t)(p->n_past + T < p->max_seq ? p->n_past + T : p->max_seq);
+    for (int i = 0; i < p->n_layers; i++)
+        if (rlxc_tapped(p, i, RLXC_STAGE_ATTN_PROBS)) {
+            const size_t n = (size_t)T * p->layers[i]->num_q_heads * keys;
+            if (n > RLXC_MAX_COUNT) FAIL("attention weights of %d tokens over %zu keys exceed what one call can hold", T, keys);
+            need = n > need ? n : need;
+        }
+    if (need > p->s.cap_probs) {
+        p->s.cap_probs = 0;
+        if (regrow((void **)&p->s.probs, need * sizeof(float))) FAIL("out of memory for attention weights");
+        p->s.cap_probs = need;
+    }
+    return 0;
+}
+
 int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
-    if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, extra_floats, n_threads, err))
+    if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, extra_floats, n_threads, err) ||
+        ensure_probs(p, T, err))
         return -1;
+    p->tap_failed = 0;
     if (p->act == RLXC_ACT_Q8)
         for (int i = 0; i < p->n_layers; i++)
             for (int s = 0; s < RLXC_W_COUNT; s++)
@@ -330,6 +373,15 @@ void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, 
     rlxc_linear_alike(tm, &in, ps, n, dq, r0, r1);
 }
 
+/* K/V head item j (token at pos, head h) into layer li's cache. */
+static void store_kv(rlxc_pipeline *p, int li, const bufs *b, size_t j, int pos, int h) {
+    const int hd = p->layers[li]->head_dim;
+    const rlxc_kv_cache *c = &p->kv[li];
+    const size_t at = ((size_t)h * p->max_seq + pos) * hd;
+    memcpy(c->k + at, b->k + j * hd, hd * sizeof(float));
+    memcpy(c->v + at, b->v + j * hd, hd * sizeof(float));
+}
+
 /* Per-head work after the Q/K/V products, item by item: the T * nq query heads (q-norm, RoPE),
  * then for a layer with its own cache the T * nkv key/value heads (V from K, k-norm, v-norm,
  * RoPE, stored at their positions). */
@@ -339,7 +391,6 @@ static void qkv_heads(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs 
     const rlxc_weight *w = l->w;
     const int hd = l->head_dim, nq = l->num_q_heads, nkv = l->num_kv_heads, np = l->rotary_dim / 2;
     const int half = l->rope_layout == RLXC_ROPE_PROPORTIONAL ? hd / 2 : np, own = l->kv_shared_from < 0;
-    const rlxc_kv_cache *c = &p->kv[li];
     const size_t nqi = (size_t)T * nq, items = nqi + (own ? (size_t)T * nkv : 0);
     size_t a, e;
     rlxc_team_share(tm, items, 1, &a, &e);
@@ -357,26 +408,72 @@ static void qkv_heads(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs 
         if (l->has_qk_norm) head_norm(l, k, &w[RLXC_W_K_NORM]);
         if (l->has_v_norm) head_norm(l, v, NULL);
         if (np) kn->rope(k, 1, hd, b->cs + t * np, b->sn + t * np, np, half);
-        const size_t at = (h * p->max_seq + pos0 + t) * hd;
-        memcpy(c->k + at, k, hd * sizeof(float));
-        memcpy(c->v + at, v, hd * sizeof(float));
+        store_kv(p, li, b, j, pos0 + (int)t, (int)h);
     }
 }
 
-/* This thread's query items (token t, head h) over their visible keys: the last W of 0..pos. */
-static void attention(rlxc_pipeline *p, const rlxc_team *tm, const rlxc_layer *l, const rlxc_kv_cache *c,
-                      const bufs *b, int T, int pos0) {
+/* After a tap of k or v: the team stores the K/V heads again. */
+static void restore_kv(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs *b, int T, int pos0) {
+    const int nkv = p->layers[li]->num_kv_heads;
+    size_t a, e;
+    rlxc_team_share(tm, (size_t)T * nkv, 1, &a, &e);
+    for (size_t j = a; j < e; j++) store_kv(p, li, b, j, pos0 + (int)(j / nkv), (int)(j % nkv));
+}
+
+/* The attention weights of one query over keys k[0..n) into pr[0..n) (a tapped attn_probs stage;
+ * the kernels keep theirs to themselves). */
+static void head_probs(float *pr, const float *q, const float *k, int hd, int n, float scale, float softcap) {
+    float max = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++) s += q[d] * k[(size_t)j * hd + d];
+        s *= scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        pr[j] = s;
+        max = s > max ? s : max;
+    }
+    for (int j = 0; j < n; j++) sum += pr[j] = expf(pr[j] - max);
+    for (int j = 0; j < n; j++) pr[j] /= sum;
+}
+
+/* This thread's query items (token t, head h) over their visible keys: the last W of 0..pos. A
+ * tapped attn_probs stage splits it in two: weights, the tap, then the weighted sum of V. */
+static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_kv_cache *c, const bufs *b,
+                      int T, int pos0) {
+    const rlxc_layer *l = p->layers[li];
     const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
+    const int probs = rlxc_tapped(p, li, RLXC_STAGE_ATTN_PROBS), keys = pos0 + T;
+    const float *head_scale = l->w[RLXC_W_HEAD_SCALE].data;
     float *scores = p->s.scores + (size_t)tm->ith * p->max_seq;
     size_t a, e;
     rlxc_team_share(tm, (size_t)T * nq, 1, &a, &e);
-    for (size_t it = a; it < e; it++) {
-        const int t = (int)(it / nq), h = (int)(it % nq), pos = pos0 + t;
-        const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0;
-        const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
-        rlxc_kernels_active()->attn_head(b->att + it * hd, b->q + it * hd, c->k + base, c->v + base, hd,
-                                         pos - start + 1, l->attn_scale, l->attn_softcap, scores);
+    for (int pass = 0; pass < 1 + probs; pass++) {
+        for (size_t it = a; it < e; it++) {
+            const int t = (int)(it / nq), h = (int)(it % nq), pos = pos0 + t;
+            const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, n = pos - start + 1;
+            const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
+            float *out = b->att + it * hd, *pr = p->s.probs + it * keys;
+            if (!probs) {
+                rlxc_kernels_active()->attn_head(out, b->q + it * hd, c->k + base, c->v + base, hd, n, l->attn_scale,
+                                                 l->attn_softcap, scores);
+            } else if (pass == 0) {
+                memset(pr, 0, (size_t)keys * sizeof(float));
+                head_probs(pr + start, b->q + it * hd, c->k + base, hd, n, l->attn_scale, l->attn_softcap);
+                continue;
+            } else {
+                memset(out, 0, hd * sizeof(float));
+                for (int j = 0; j < keys; j++)
+                    for (int d = 0; d < hd; d++) out[d] += pr[j] * c->v[((size_t)(h / group) * p->max_seq + j) * hd + d];
+            }
+            if (head_scale) rlxc_kernels_active()->scale(out, head_scale[h], hd);
+        }
+        if (probs && pass == 0) rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_PROBS, p->s.probs, T, pos0, (size_t)nq * keys);
     }
+}
+
+static void steer(float *x, const rlxc_weight *v, float scale, int n) {
+    if (!v->data) return;
+    for (int i = 0; i < n; i++) x[i] += scale * ((const float *)v->data)[i];
 }
 
 /* One layer over x[T][H] in place, the whole team; ple: this layer's slice of the first token's
@@ -393,8 +490,11 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_team_share(tm, (size_t)T, 1, &t0, &t1); /* this thread's tokens in the per-token stages */
 
     /* attention block: input norm and the RoPE frequencies, then Q/K/V and the angles */
+    for (size_t t = t0; t < t1; t++) steer(x + t * H, &w[RLXC_W_STEER_PRE], l->steer_scale, H);
+    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_PRE, x, T, pos0, H);
     for (size_t t = t0; t < t1; t++)
         norm_row(l, b.xa + t * H, x + t * H, H, &w[RLXC_W_ATTN_NORM], l->input_norm_bias ? &w[RLXC_W_ATTN_NORM_B] : NULL);
+    rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_IN, b.xa, T, pos0, H);
     rlxc_team_share(tm, (size_t)np, 1, &a, &e);
     for (size_t k = a; k < e; k++) b.inv[k] = rope_inv_freq(l, (int)k);
     rlxc_team_sync(tm);
@@ -408,17 +508,33 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_team_sync(tm);
     qkv_heads(p, tm, li, &b, T, pos0);
     rlxc_team_sync(tm);
-    attention(p, tm, l, &p->kv[own ? li : l->kv_shared_from], &b, T, pos0);
+    rlxc_tap(p, tm, li, RLXC_STAGE_Q, b.q, T, pos0, Q);
+    if (own) {
+        const size_t KV = (size_t)l->num_kv_heads * l->head_dim;
+        const int kt = rlxc_tap(p, tm, li, RLXC_STAGE_K, b.k, T, pos0, KV);
+        if (rlxc_tap(p, tm, li, RLXC_STAGE_V, b.v, T, pos0, KV) || kt) {
+            restore_kv(p, tm, li, &b, T, pos0);
+            rlxc_team_sync(tm);
+        }
+    }
+    attention(p, tm, li, &p->kv[own ? li : l->kv_shared_from], &b, T, pos0);
     rlxc_team_sync(tm);
+    rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_Z, b.att, T, pos0, Q);
     rlxc_products(p, tm, b.att, T, (int)Q, &(rlxc_product){b.o, &w[RLXC_W_O], l->o_bias ? &w[RLXC_W_O_B] : NULL}, 1);
     rlxc_team_sync(tm);
+    rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_OUT, b.o, T, pos0, H);
     for (size_t t = t0; t < t1; t++) {
         float *o = b.o + t * H, *xt = x + t * H;
         if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_ATTN_POST_NORM], NULL);
         kn->add(xt, o, H);
-        norm_row(l, b.xa + t * H, xt, H, &w[RLXC_W_FFN_NORM], l->post_attn_norm_bias ? &w[RLXC_W_FFN_NORM_B] : NULL);
+        steer(xt, &w[RLXC_W_STEER_MID], l->steer_scale, H);
     }
+    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_MID, x, T, pos0, H);
+    for (size_t t = t0; t < t1; t++)
+        norm_row(l, b.xa + t * H, x + t * H, H, &w[RLXC_W_FFN_NORM],
+                 l->post_attn_norm_bias ? &w[RLXC_W_FFN_NORM_B] : NULL);
     rlxc_team_sync(tm);
+    rlxc_tap(p, tm, li, RLXC_STAGE_MLP_IN, b.xa, T, pos0, H);
 
     /* feed-forward block: gate and up split alike, so each thread activates its own rows */
     {
@@ -429,15 +545,19 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
                                      {b.f2, &w[RLXC_W_UP], ub ? &w[RLXC_W_UP_B] : NULL}};
         int r0, r1;
         rlxc_products_alike(p, tm, b.xa, T, H, ffn, gated ? 2 : 1, &r0, &r1);
+        const float *neuron_scale = w[RLXC_W_NEURON_SCALE].data;
         for (int t = 0; t < T && r0 < r1; t++) {
             float *f1 = b.f1 + (size_t)t * I + r0;
             activate(l, f1, (size_t)(r1 - r0));
             if (gated) kn->mul(f1, f1, b.f2 + (size_t)t * I + r0, r1 - r0);
+            if (neuron_scale) kn->mul(f1, f1, neuron_scale + r0, r1 - r0);
         }
     }
     rlxc_team_sync(tm);
+    rlxc_tap(p, tm, li, RLXC_STAGE_MLP_ACT, b.f1, T, pos0, I);
     rlxc_products(p, tm, b.f1, T, (int)I, &(rlxc_product){b.o, &w[RLXC_W_DOWN], l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL}, 1);
     rlxc_team_sync(tm);
+    rlxc_tap(p, tm, li, RLXC_STAGE_MLP_OUT, b.o, T, pos0, H);
     for (size_t t = t0; t < t1; t++) {
         float *o = b.o + t * H;
         if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_FFN_POST_NORM], NULL);
@@ -464,8 +584,11 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
             kn->add(x + t * H, o, H);
         }
     }
-    if (l->layer_scalar != 1.0f)
-        for (size_t t = t0; t < t1; t++) kn->scale(x + t * H, l->layer_scalar, H);
+    for (size_t t = t0; t < t1; t++) {
+        if (l->layer_scalar != 1.0f) kn->scale(x + t * H, l->layer_scalar, H);
+        steer(x + t * H, &w[RLXC_W_STEER_POST], l->steer_scale, H);
+    }
+    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_POST, x, T, pos0, H);
 }
 
 void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
@@ -502,7 +625,7 @@ static int run(rlxc_pipeline *p, const float *x, const float *ple, int T, int po
     if (out != x) memmove(out, x, (size_t)T * p->layers[0]->hidden_size * sizeof(float));
     run_args r = {p, out, ple, T, pos0, layer_out};
     rlxc_team_run(p->n_threads, run_team, &r);
-    return 0;
+    return rlxc_taps_failed(p, err);
 }
 
 int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, int T, float *out, float *layer_out,

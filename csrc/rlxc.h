@@ -37,6 +37,12 @@ typedef enum {
     RLXC_W_FFN_POST_NORM,                       /* sandwich: norm of the FFN output */
     RLXC_W_PLE_GATE, RLXC_W_PLE_PROJ, RLXC_W_PLE_NORM, /* Gemma 4 per-layer input block */
     RLXC_W_ROPE_FREQ_FACTORS,                   /* [rotary_dim/2] divisors of the RoPE frequencies */
+    /* Interventions, each optional (unset: none): steer_scale times a vector added to the
+     * residual stream at a stage, and multipliers of the attention heads' outputs before o_proj
+     * (0 ablates a head) and of the FFN's neurons (mlp_act). */
+    RLXC_W_STEER_PRE, RLXC_W_STEER_MID, RLXC_W_STEER_POST, /* [hidden]: resid_pre, resid_mid, resid_post */
+    RLXC_W_HEAD_SCALE,                          /* [num_q_heads] */
+    RLXC_W_NEURON_SCALE,                        /* [intermediate_size] */
     RLXC_W_COUNT
 } rlxc_wslot;
 
@@ -97,6 +103,7 @@ typedef struct rlxc_layer {
     int v_from_k;           /* Gemma 4 attention_k_eq_v: V is the raw K projection */
     int kv_shared_from;     /* -1: own K/V; else an earlier layer's index whose cache is read */
     int ple_dim;            /* per-layer embedding width, 0 = none */
+    float steer_scale;      /* multiplies the steering vectors (RLXC_W_STEER_*) */
 
     rlxc_weight w[RLXC_W_COUNT];
 } rlxc_layer;
@@ -195,6 +202,15 @@ int rlxc_pipeline_threads(const rlxc_pipeline *p);
 void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act); /* RLXC_ACT_Q8 at creation */
 rlxc_act rlxc_pipeline_act(const rlxc_pipeline *p);
 
+/* Layer i's K/V cache: *k, *v [*heads][max_seq][*dim]; a layer that reads another's K/V gets that
+ * layer's. Returns the index of the layer that owns the cache. Valid until a reset that re-sizes. */
+int rlxc_pipeline_kv(const rlxc_pipeline *p, int i, float **k, float **v, int *heads, int *dim);
+/* Whether the next reset re-allocates some cache (a layer's K/V shape or sharing changed). */
+int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p);
+/* Declare the first n positions of the cache valid (0 <= n <= max_seq), e.g. after writing K/V
+ * saved from another run; -1 otherwise. */
+int rlxc_pipeline_set_n_past(rlxc_pipeline *p, int n, char *err);
+
 /* Run T tokens at positions n_past .. n_past+T-1 and append them to the cache.
  * x, out: [T][hidden] (may alias). ple: [T][ple_stride] or NULL when no layer has ple_dim.
  * layer_out: NULL or [n_layers][T][hidden], each layer's output. */
@@ -203,6 +219,32 @@ int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, in
 /* One token at position pos <= n_past (pos < n_past rewinds the cache to pos). */
 int rlxc_pipeline_decode(rlxc_pipeline *p, const float *x, const float *ple, int pos, float *out,
                          float *layer_out, char *err);
+
+/* Stages: the named points a token passes, in order. EMBED, FINAL_NORM and LOGITS are the
+ * model's (layer -1), the others each layer's. Per token: attn_in, resid_pre, resid_mid, mlp_in,
+ * attn_out, mlp_out, resid_post, embed, final_norm [hidden]; q, attn_z [num_q_heads][head_dim]; k,
+ * v [num_kv_heads][head_dim] (layers with their own K/V only); attn_probs [num_q_heads][n_keys]
+ * (keys 0 .. pos0+T-1, zero where masked); mlp_act [intermediate_size]; logits [n_logits]. */
+typedef enum {
+    RLXC_STAGE_EMBED,
+    RLXC_STAGE_RESID_PRE, RLXC_STAGE_ATTN_IN, RLXC_STAGE_Q, RLXC_STAGE_K, RLXC_STAGE_V, RLXC_STAGE_ATTN_PROBS,
+    RLXC_STAGE_ATTN_Z, RLXC_STAGE_ATTN_OUT, RLXC_STAGE_RESID_MID, RLXC_STAGE_MLP_IN, RLXC_STAGE_MLP_ACT,
+    RLXC_STAGE_MLP_OUT, RLXC_STAGE_RESID_POST,
+    RLXC_STAGE_FINAL_NORM, RLXC_STAGE_LOGITS,
+    RLXC_STAGE_COUNT
+} rlxc_stage;
+const char *rlxc_stage_name(rlxc_stage s); /* "attn_in", ...; "?" if unknown */
+int rlxc_stage_from_name(const char *name); /* -1 if unknown */
+int rlxc_stage_is_model(rlxc_stage s);      /* embed, final_norm, logits */
+
+/* A tap sees (and may rewrite) a stage's values for the T tokens of a call at positions pos0..:
+ * data[T][width]. One thread of the team calls it while the others wait; what it writes is what
+ * the rest of the forward reads (K and V are stored to the cache after it). A nonzero return fails
+ * the call: the forward finishes without further taps and the cache keeps its n_past. */
+typedef int (*rlxc_tap_fn)(void *ctx, int layer, rlxc_stage s, float *data, int T, int pos0, int width);
+/* Tap the stages whose bit (1u << stage) is set in masks[layer] (layer stages) and in
+ * masks[n_layers] (model stages): n_layers + 1 masks, copied. fn NULL: no taps (the default). */
+int rlxc_pipeline_set_taps(rlxc_pipeline *p, rlxc_tap_fn fn, void *ctx, const uint32_t *masks, char *err);
 
 /* Model: a pipeline (borrowed) and the parts around it, so that a token's whole path, from its
  * id to its logits, is one call and one thread team. Weights are borrowed like a layer's views:

@@ -36,12 +36,15 @@ typedef struct {
     PyObject *layers; /* tuple of Layer */
     PyThread_type_lock lock;
     long lock_pid; /* the process in which `lock` is held; 0 when free */
+    unsigned long hook_thread; /* the thread running a Python hook of this pipeline's call, or 0 */
+    Py_ssize_t kv_views;       /* live kv_cache arrays: a reset may not re-allocate the caches under them */
 } PipelineObject;
 
 /* RuntimeError unless the pipeline was initialized. */
 int pipeline_ready(PipelineObject *self);
-/* Take the pipeline's lock (waiting without the GIL) and freeze its layers; pipeline_leave undoes it. */
-void pipeline_enter(PipelineObject *self);
+/* Take the pipeline's lock (waiting without the GIL) and freeze its layers; pipeline_leave undoes
+ * it. -1 with a RuntimeError from inside a hook of this pipeline's running call (it holds the lock). */
+int pipeline_enter(PipelineObject *self);
 void pipeline_leave(PipelineObject *self);
 
 extern PyTypeObject Layer_Type;

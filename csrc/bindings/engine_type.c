@@ -4,11 +4,29 @@
 #include "common.h"
 #include "kernels.h"
 
+/* Activation patching: the rows of values [n][width] replace stage `stage` of layer `layer` (-1:
+ * the model's) at the positions pos[n], whenever a call runs them. */
+typedef struct {
+    int layer, n, width;
+    rlxc_stage stage;
+    const int32_t *pos;
+    const float *values;
+} patch;
+
 typedef struct {
     PyObject_HEAD
     rlxc_model *m;
     PipelineObject *pipe;
     PyObject *refs; /* list: the arrays the model's weights point into */
+    /* taps: hook_masks [n_layers + 1] (set_hooks), called back through `hook` under the GIL;
+     * patches applied in C (set_patches), their arrays kept in patch_refs */
+    uint32_t *hook_masks;
+    PyObject *hook;
+    patch *patches;
+    int n_patches;
+    PyObject *patch_refs;
+    PyObject *hook_error;     /* the exception a hook raised in the running call */
+    char patch_error[RLXC_ERRLEN];
 } EngineObject;
 
 /* A matrix from a float32 [rows, cols] array (type "f32") or uint8 [rows, row_bytes] GGUF rows of
@@ -124,8 +142,12 @@ static int Engine_init(PyObject *o, PyObject *args, PyObject *kw) {
 }
 
 static int Engine_traverse(PyObject *o, visitproc visit, void *arg) {
-    Py_VISIT(((EngineObject *)o)->pipe);
-    Py_VISIT(((EngineObject *)o)->refs);
+    EngineObject *self = (EngineObject *)o;
+    Py_VISIT(self->pipe);
+    Py_VISIT(self->refs);
+    Py_VISIT(self->hook);
+    Py_VISIT(self->patch_refs);
+    Py_VISIT(self->hook_error);
     return 0;
 }
 
@@ -133,6 +155,9 @@ static int Engine_clear(PyObject *o) {
     EngineObject *self = (EngineObject *)o;
     Py_CLEAR(self->pipe);
     Py_CLEAR(self->refs);
+    Py_CLEAR(self->hook);
+    Py_CLEAR(self->patch_refs);
+    Py_CLEAR(self->hook_error);
     return 0;
 }
 
@@ -140,8 +165,121 @@ static void Engine_dealloc(PyObject *o) {
     EngineObject *self = (EngineObject *)o;
     PyObject_GC_UnTrack(o);
     rlxc_model_free(self->m);
+    free(self->hook_masks);
+    free(self->patches);
     Engine_clear(o);
     Py_TYPE(o)->tp_free(o);
+}
+
+static int n_layers(const EngineObject *self) { return (int)PyTuple_GET_SIZE(self->pipe->layers); }
+
+/* "layers.3.mlp_out" or "logits". */
+static void stage_label(char *buf, size_t n, int layer, rlxc_stage s) {
+    if (layer < 0) snprintf(buf, n, "%s", rlxc_stage_name(s));
+    else snprintf(buf, n, "layers.%d.%s", layer, rlxc_stage_name(s));
+}
+
+/* A stage's values handed to the Python hook: a float32 [T, width] copy; what the hook leaves in
+ * it, or returns instead, is copied back. */
+static int call_hook(EngineObject *self, int layer, rlxc_stage s, float *data, int T, int pos0, int width) {
+    PyArrayObject *a = new_array(2, (npy_intp[]){T, width}, NPY_FLOAT32);
+    if (!a) return -1;
+    memcpy(PyArray_DATA(a), data, (size_t)T * width * sizeof(float));
+    PyObject *r = PyObject_CallFunction(self->hook, "isOi", layer, rlxc_stage_name(s), (PyObject *)a, pos0);
+    int rc = -1;
+    if (r) {
+        PyArrayObject *src = r == Py_None ? (PyArrayObject *)Py_NewRef(a)
+                                          : (PyArrayObject *)PyArray_FromAny(r, PyArray_DescrFromType(NPY_FLOAT32), 0, 0,
+                                                                             NPY_ARRAY_CARRAY | NPY_ARRAY_FORCECAST, NULL);
+        if (src && PyArray_SIZE(src) != (npy_intp)T * width) {
+            char where[64];
+            stage_label(where, sizeof where, layer, s);
+            PyErr_Format(PyExc_ValueError, "the hook at %s returned %zd values, the stage has %d tokens x %d", where,
+                         (Py_ssize_t)PyArray_SIZE(src), T, width);
+        } else if (src) {
+            memcpy(data, PyArray_DATA(src), (size_t)T * width * sizeof(float));
+            rc = 0;
+        }
+        Py_XDECREF(src);
+        Py_DECREF(r);
+    }
+    Py_DECREF(a);
+    return rc;
+}
+
+/* The engine's tap: patches first (no GIL), then the Python hook where one is set. */
+static int engine_tap(void *ctx, int layer, rlxc_stage s, float *data, int T, int pos0, int width) {
+    EngineObject *self = ctx;
+    const int slot = layer < 0 ? n_layers(self) : layer;
+    for (int i = 0; i < self->n_patches; i++) {
+        const patch *pt = &self->patches[i];
+        if (pt->layer != layer || pt->stage != s) continue;
+        for (int k = 0; k < pt->n; k++) {
+            const int t = pt->pos[k] - pos0;
+            if (t < 0 || t >= T) continue;
+            if (pt->width != width) {
+                char where[64];
+                stage_label(where, sizeof where, layer, s);
+                snprintf(self->patch_error, sizeof self->patch_error,
+                         "the patch of %s has %d values per position, the stage has %d here", where, pt->width, width);
+                return 1;
+            }
+            memcpy(data + (size_t)t * width, pt->values + (size_t)k * width, (size_t)width * sizeof(float));
+        }
+    }
+    if (!self->hook || !(self->hook_masks[slot] >> s & 1u)) return 0;
+    PyGILState_STATE g = PyGILState_Ensure();
+    self->pipe->hook_thread = PyThread_get_thread_ident();
+    const int rc = call_hook(self, layer, s, data, T, pos0, width);
+    self->pipe->hook_thread = 0;
+    if (rc) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (tb) PyException_SetTraceback(v, tb);
+        Py_XSETREF(self->hook_error, v);
+        Py_XDECREF(t);
+        Py_XDECREF(tb);
+    }
+    PyGILState_Release(g);
+    return rc != 0;
+}
+
+/* Before a call (pipeline entered): the taps of the hooks and patches, if any. */
+static int taps_begin(EngineObject *self) {
+    const int L = n_layers(self);
+    uint32_t masks[L + 1];
+    int any = 0;
+    for (int i = 0; i <= L; i++) {
+        masks[i] = self->hook ? self->hook_masks[i] : 0;
+        any |= masks[i] != 0;
+    }
+    for (int i = 0; i < self->n_patches; i++) {
+        masks[self->patches[i].layer < 0 ? L : self->patches[i].layer] |= 1u << self->patches[i].stage;
+        any = 1;
+    }
+    Py_CLEAR(self->hook_error);
+    self->patch_error[0] = 0;
+    char err[RLXC_ERRLEN];
+    if (any && rlxc_pipeline_set_taps(self->pipe->p, engine_tap, self, masks, err)) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* After a call: no taps; the error of a failed call (the hook's own exception if one raised). */
+static void taps_end(EngineObject *self, int rc, const char *err) {
+    rlxc_pipeline_set_taps(self->pipe->p, NULL, NULL, NULL, NULL);
+    if (!rc) return;
+    if (self->hook_error) {
+        PyObject *e = self->hook_error;
+        self->hook_error = NULL;
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+    } else {
+        PyErr_SetString(PyExc_ValueError, self->patch_error[0] ? self->patch_error : err);
+    }
 }
 
 static int engine_ready(EngineObject *self) {
@@ -225,11 +363,15 @@ static PyObject *Engine_prefill(PyObject *o, PyObject *args, PyObject *kw) {
     rlxc_trace tr = {trace ? PyArray_DATA(emb) : NULL, trace ? PyArray_DATA(lay) : NULL, trace ? PyArray_DATA(fin) : NULL};
     char err[RLXC_ERRLEN];
     int rc;
-    pipeline_enter(self->pipe);
+    if (pipeline_enter(self->pipe)) goto done;
     /* the layers may have changed shape while this call waited for the pipeline */
     if (rlxc_pipeline_hidden_size(self->pipe->p) != H) {
         pipeline_leave(self->pipe);
         PyErr_SetString(PyExc_RuntimeError, "the layers changed shape while this call waited; call again");
+        goto done;
+    }
+    if (taps_begin(self)) {
+        pipeline_leave(self->pipe);
         goto done;
     }
     const int32_t *idp = PyArray_DATA(ids);
@@ -237,11 +379,9 @@ static PyObject *Engine_prefill(PyObject *o, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS
     rc = rlxc_model_prefill(self->m, idp, T, which, lp, trace ? &tr : NULL, err);
     Py_END_ALLOW_THREADS
+    taps_end(self, rc, err);
     pipeline_leave(self->pipe);
-    if (rc) {
-        PyErr_SetString(PyExc_ValueError, err);
-        goto done;
-    }
+    if (rc) goto done;
     if (trace) result = Py_BuildValue("(OOOO)", logits, emb, lay, fin);
     else result = logits ? Py_NewRef(logits) : Py_NewRef(Py_None);
 done:
@@ -268,17 +408,152 @@ static PyObject *Engine_decode(PyObject *o, PyObject *args, PyObject *kw) {
     char err[RLXC_ERRLEN];
     int rc;
     float *lp = PyArray_DATA(logits);
-    pipeline_enter(self->pipe);
+    if (pipeline_enter(self->pipe)) {
+        Py_DECREF(logits);
+        return NULL;
+    }
+    if (taps_begin(self)) {
+        pipeline_leave(self->pipe);
+        Py_DECREF(logits);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = rlxc_model_decode(self->m, token, pos, lp, err);
     Py_END_ALLOW_THREADS
+    taps_end(self, rc, err);
     pipeline_leave(self->pipe);
     if (rc) {
         Py_DECREF(logits);
-        PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
     return (PyObject *)logits;
+}
+
+/* (layer, stage name) -> layer index (-1 for the model's stages) and stage; -1 with ValueError. */
+static int stage_arg(EngineObject *self, PyObject *layer_obj, PyObject *name_obj, int *layer, rlxc_stage *s) {
+    const char *name = str_arg(name_obj, "stage");
+    if (!name) return -1;
+    const int st = rlxc_stage_from_name(name);
+    if (st < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown stage '%s'", name);
+        return -1;
+    }
+    if (int_arg(layer_obj, "layer", -1, n_layers(self) - 1, layer)) return -1;
+    if ((*layer < 0) != rlxc_stage_is_model((rlxc_stage)st)) {
+        PyErr_Format(PyExc_ValueError, "stage '%s' is %s's (layer %s)", name,
+                     rlxc_stage_is_model((rlxc_stage)st) ? "the model" : "a layer",
+                     rlxc_stage_is_model((rlxc_stage)st) ? "-1" : ">= 0");
+        return -1;
+    }
+    *s = (rlxc_stage)st;
+    return 0;
+}
+
+static PyObject *Engine_set_hooks(PyObject *o, PyObject *args) {
+    EngineObject *self = (EngineObject *)o;
+    PyObject *masks_obj, *hook;
+    if (!engine_ready(self) || !PyArg_ParseTuple(args, "OO:set_hooks", &masks_obj, &hook)) return NULL;
+    const int L = n_layers(self);
+    uint32_t *masks = NULL;
+    if (hook != Py_None) {
+        if (!PyCallable_Check(hook)) {
+            PyErr_SetString(PyExc_TypeError, "hook must be callable or None");
+            return NULL;
+        }
+        PyObject *seq = PySequence_Fast(masks_obj, "masks must be a sequence of ints");
+        if (!seq) return NULL;
+        if (PySequence_Fast_GET_SIZE(seq) != L + 1) {
+            PyErr_Format(PyExc_ValueError, "masks must hold n_layers + 1 = %d ints, got %zd", L + 1,
+                         PySequence_Fast_GET_SIZE(seq));
+            Py_DECREF(seq);
+            return NULL;
+        }
+        masks = calloc(L + 1, sizeof *masks);
+        for (int i = 0; masks && i <= L; i++) {
+            const unsigned long m = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (PyErr_Occurred() || m >> RLXC_STAGE_COUNT) {
+                if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "mask %d has bits past the %d stages", i, RLXC_STAGE_COUNT);
+                Py_CLEAR(seq);
+                free(masks);
+                return NULL;
+            }
+            masks[i] = (uint32_t)m;
+        }
+        Py_DECREF(seq);
+        if (!masks) return PyErr_NoMemory();
+    }
+    if (pipeline_enter(self->pipe)) {
+        free(masks);
+        return NULL;
+    }
+    free(self->hook_masks);
+    self->hook_masks = masks;
+    Py_XSETREF(self->hook, hook == Py_None ? NULL : Py_NewRef(hook));
+    pipeline_leave(self->pipe);
+    Py_RETURN_NONE;
+}
+
+/* One patch from (layer, stage, positions, values) into *pt; the arrays go to refs. */
+static int patch_arg(EngineObject *self, PyObject *item, PyObject *refs, patch *pt) {
+    PyObject *layer_obj, *name_obj, *pos_obj, *val_obj;
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "OOOO", &layer_obj, &name_obj, &pos_obj, &val_obj)) {
+        PyErr_SetString(PyExc_TypeError, "a patch is a tuple (layer, stage, positions, values)");
+        return -1;
+    }
+    if (stage_arg(self, layer_obj, name_obj, &pt->layer, &pt->stage)) return -1;
+    PyArrayObject *pos = (PyArrayObject *)PyArray_FromAny(pos_obj, PyArray_DescrFromType(NPY_INT32), 1, 1,
+                                                          NPY_ARRAY_CARRAY | NPY_ARRAY_FORCECAST, NULL);
+    if (!pos) return -1;
+    if (PyList_Append(refs, (PyObject *)pos)) {
+        Py_DECREF(pos);
+        return -1;
+    }
+    Py_DECREF(pos);
+    PyArrayObject *val = as_f32(val_obj, "patch values", 2, 2);
+    if (!val || check_finite(val, "patch values") || PyList_Append(refs, val_obj)) return -1;
+    if (PyArray_DIM(val, 0) != PyArray_DIM(pos, 0) || PyArray_DIM(val, 1) < 1 || PyArray_DIM(val, 1) > RLXC_MAX_COUNT) {
+        PyErr_Format(PyExc_ValueError, "patch of stage '%s': values must be [len(positions)=%zd, width], got [%zd, %zd]",
+                     rlxc_stage_name(pt->stage), (Py_ssize_t)PyArray_DIM(pos, 0), (Py_ssize_t)PyArray_DIM(val, 0),
+                     (Py_ssize_t)PyArray_DIM(val, 1));
+        return -1;
+    }
+    pt->n = (int)PyArray_DIM(pos, 0);
+    pt->width = (int)PyArray_DIM(val, 1);
+    pt->pos = PyArray_DATA(pos);
+    pt->values = PyArray_DATA(val);
+    for (int k = 0; k < pt->n; k++)
+        if (pt->pos[k] < 0) {
+            PyErr_Format(PyExc_ValueError, "patch of stage '%s': position %d is negative", rlxc_stage_name(pt->stage),
+                         (int)pt->pos[k]);
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *Engine_set_patches(PyObject *o, PyObject *args) {
+    EngineObject *self = (EngineObject *)o;
+    PyObject *list;
+    if (!engine_ready(self) || !PyArg_ParseTuple(args, "O:set_patches", &list)) return NULL;
+    PyObject *seq = PySequence_Fast(list, "patches must be a sequence of (layer, stage, positions, values)");
+    if (!seq) return NULL;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    patch *pts = calloc(n ? n : 1, sizeof *pts);
+    PyObject *refs = PyList_New(0);
+    int ok = pts && refs;
+    for (Py_ssize_t i = 0; ok && i < n; i++) ok = !patch_arg(self, PySequence_Fast_GET_ITEM(seq, i), refs, &pts[i]);
+    Py_DECREF(seq);
+    if (ok && !pipeline_enter(self->pipe)) {
+        free(self->patches);
+        self->patches = pts;
+        self->n_patches = (int)n;
+        Py_XSETREF(self->patch_refs, refs);
+        pipeline_leave(self->pipe);
+        Py_RETURN_NONE;
+    }
+    if (!pts) PyErr_NoMemory();
+    free(pts);
+    Py_XDECREF(refs);
+    return NULL;
 }
 
 static PyObject *Engine_pipeline(PyObject *o, void *c) {
@@ -299,6 +574,13 @@ static PyMethodDef Engine_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))Engine_decode, METH_VARARGS | METH_KEYWORDS,
      "decode(token, pos): one token at position pos <= n_past (smaller pos rewinds the cache). Returns float32 "
      "[n_logits]."},
+    {"set_hooks", Engine_set_hooks, METH_VARARGS,
+     "set_hooks(masks, hook): call hook(layer, stage, values, pos0) at the stages whose bit (1 << stage index) is "
+     "set in masks[layer] (masks[n_layers]: the model's stages, layer -1). values: float32 [T, width], a copy; "
+     "what the hook leaves in it or returns (T * width floats) replaces the stage. hook None: no hooks."},
+    {"set_patches", Engine_set_patches, METH_VARARGS,
+     "set_patches(patches): each (layer, stage, positions, values [len(positions), width]) replaces the stage's "
+     "values at those positions in every later call, in C. [] clears."},
     {NULL, NULL, 0, NULL},
 };
 

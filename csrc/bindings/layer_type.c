@@ -49,6 +49,7 @@ static const field_desc fields[] = {
     FIELD(v_from_k, F_BOOL, 0, "V is the raw K projection (Gemma 4 attention_k_eq_v)."),
     FIELD(kv_shared_from, F_INT, 0, "-1: own K/V; else the index of an earlier layer whose KV cache this layer reads."),
     FIELD(ple_dim, F_INT, 0, "Width of the per-layer embedding input (Gemma 4); 0 = none."),
+    FIELD(steer_scale, F_FLOAT, 0, "Multiplies the steering vectors steer_resid_pre / _mid / _post (weights, when set)."),
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof *fields))
 

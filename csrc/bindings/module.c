@@ -91,5 +91,14 @@ PyMODINIT_FUNC PyInit__rlxc(void) {
         Py_DECREF(m);
         return NULL;
     }
+    /* the stage names in engine order: a stage's bit in Engine.set_hooks' masks is 1 << its index */
+    PyObject *stages = PyTuple_New(RLXC_STAGE_COUNT);
+    for (int s = 0; stages && s < RLXC_STAGE_COUNT; s++)
+        PyTuple_SET_ITEM(stages, s, PyUnicode_FromString(rlxc_stage_name((rlxc_stage)s)));
+    if (!stages || PyModule_AddObject(m, "STAGES", stages)) {
+        Py_XDECREF(stages);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

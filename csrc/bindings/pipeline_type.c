@@ -93,8 +93,12 @@ int pipeline_ready(PipelineObject *self) {
 }
 
 /* Take the pipeline's lock (waiting without the GIL) and freeze its layers. */
-void pipeline_enter(PipelineObject *self) {
+int pipeline_enter(PipelineObject *self) {
     const long pid = (long)getpid();
+    if (self->hook_thread && self->hook_thread == PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "a hook cannot run, reset or reconfigure the model whose call it is in");
+        return -1;
+    }
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
         PyThread_type_lock fresh = NULL;
         /* Held in the process we were forked from, by a thread that does not exist here and will
@@ -113,6 +117,7 @@ void pipeline_enter(PipelineObject *self) {
         l->busy++;
         l->busy_pid = pid;
     }
+    return 0;
 }
 
 void pipeline_leave(PipelineObject *self) {
@@ -169,7 +174,11 @@ static PyObject *run(PipelineObject *self, PyArrayObject *x, int T, int pos, int
     char err[RLXC_ERRLEN];
     int rc;
     float *lop = lo ? PyArray_DATA(lo) : NULL;
-    pipeline_enter(self);
+    if (pipeline_enter(self)) {
+        Py_DECREF(out);
+        Py_XDECREF(lo);
+        return NULL;
+    }
     /* Arguments were checked before enter(), which may wait without the GIL while another
      * thread re-shapes the layers; once entered they are frozen, so check again. */
     if (rlxc_pipeline_hidden_size(self->p) != H || (ple && rlxc_pipeline_ple_stride(self->p) != stride) ||
@@ -247,11 +256,84 @@ static PyObject *Pipeline_reset(PyObject *o, PyObject *noargs) {
     PipelineObject *self = (PipelineObject *)o;
     if (!pipeline_ready(self)) return NULL;
     char err[RLXC_ERRLEN];
-    pipeline_enter(self);
+    if (pipeline_enter(self)) return NULL;
+    if (self->kv_views && rlxc_pipeline_kv_reshaped(self->p)) {
+        pipeline_leave(self);
+        PyErr_SetString(PyExc_BufferError, "reset() would re-allocate KV caches that kv_cache() arrays still view: "
+                                           "delete those arrays first");
+        return NULL;
+    }
     int rc = rlxc_pipeline_reset(self->p, err);
     pipeline_leave(self);
     if (rc) {
         PyErr_SetString(PyExc_MemoryError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The base of the kv_cache arrays: keeps the pipeline alive and counted in kv_views. */
+static void kv_view_release(PyObject *capsule) {
+    PipelineObject *self = PyCapsule_GetContext(capsule);
+    self->kv_views--;
+    Py_DECREF(self);
+}
+
+static PyObject *kv_view(PipelineObject *self, float *data, int heads, int n, int dim) {
+    npy_intp dims[3] = {heads, n, dim};
+    npy_intp strides[3] = {(npy_intp)rlxc_pipeline_max_seq(self->p) * dim * sizeof(float), dim * sizeof(float),
+                           sizeof(float)};
+    PyObject *a = PyArray_New(&PyArray_Type, 3, dims, NPY_FLOAT32, strides, data, 0, NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED,
+                              NULL);
+    PyObject *cap = a ? PyCapsule_New(data, "rlxc.kv_cache", kv_view_release) : NULL;
+    if (!cap || PyCapsule_SetContext(cap, self)) {
+        Py_XDECREF(cap);
+        Py_XDECREF(a);
+        return NULL;
+    }
+    Py_INCREF(self);
+    self->kv_views++;
+    if (PyArray_SetBaseObject((PyArrayObject *)a, cap)) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+static PyObject *Pipeline_kv_cache(PyObject *o, PyObject *arg) {
+    PipelineObject *self = (PipelineObject *)o;
+    int i;
+    if (!pipeline_ready(self) || int_arg(arg, "layer", 0, PyTuple_GET_SIZE(self->layers) - 1, &i)) return NULL;
+    float *k, *v;
+    int heads, dim;
+    if (pipeline_enter(self)) return NULL;
+    rlxc_pipeline_kv(self->p, i, &k, &v, &heads, &dim);
+    const rlxc_layer *l = &((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->layer;
+    const int n = rlxc_pipeline_n_past(self->p);
+    pipeline_leave(self);
+    if (!k || heads != l->num_kv_heads || dim != l->head_dim) {
+        PyErr_Format(PyExc_RuntimeError, "layer %d's K/V shape or sharing changed since its cache was allocated: "
+                     "call reset()", i);
+        return NULL;
+    }
+    PyObject *ka = kv_view(self, k, heads, n, dim), *va = ka ? kv_view(self, v, heads, n, dim) : NULL;
+    if (!va) {
+        Py_XDECREF(ka);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", ka, va);
+}
+
+static PyObject *Pipeline_set_n_past(PyObject *o, PyObject *arg) {
+    PipelineObject *self = (PipelineObject *)o;
+    int n;
+    if (!pipeline_ready(self) || int_arg(arg, "n_past", 0, rlxc_pipeline_max_seq(self->p), &n)) return NULL;
+    char err[RLXC_ERRLEN];
+    if (pipeline_enter(self)) return NULL;
+    const int rc = rlxc_pipeline_set_n_past(self->p, n, err);
+    pipeline_leave(self);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -276,7 +358,7 @@ static int Pipeline_set_threads(PyObject *o, PyObject *v, void *c) {
     if (!pipeline_ready(self)) return -1;
     if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete threads"); return -1; }
     if (int_arg(v, "threads", 1, 1024, &n)) return -1;
-    pipeline_enter(self);
+    if (pipeline_enter(self)) return -1;
     rlxc_pipeline_set_threads(self->p, n);
     pipeline_leave(self);
     return 0;
@@ -294,7 +376,7 @@ static int Pipeline_set_activations(PyObject *o, PyObject *v, void *c) {
     if (!pipeline_ready(self)) return -1;
     if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete activations"); return -1; }
     if (act_arg(v, "activations", &act)) return -1;
-    pipeline_enter(self);
+    if (pipeline_enter(self)) return -1;
     rlxc_pipeline_set_act(self->p, act);
     pipeline_leave(self);
     return 0;
@@ -314,6 +396,11 @@ static PyMethodDef Pipeline_methods[] = {
      "decode_token(x, pos, ple=None, layer_outputs=False): run one float32 [hidden] token at position pos "
      "(pos <= n_past; smaller pos rewinds the cache). Returns [hidden]."},
     {"reset", Pipeline_reset, METH_NOARGS, "reset(): empty the KV cache (and re-size it if layers changed shape)."},
+    {"kv_cache", Pipeline_kv_cache, METH_O,
+     "kv_cache(layer) -> (k, v): float32 views [num_kv_heads, n_past, head_dim] of the layer's cache (a layer that "
+     "shares K/V gets its donor's), writable: an edit changes what later tokens attend to."},
+    {"set_n_past", Pipeline_set_n_past, METH_O,
+     "set_n_past(n): declare the cache's first n positions valid (after writing K/V into kv_cache views)."},
     {NULL, NULL, 0, NULL},
 };
 

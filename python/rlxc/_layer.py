@@ -71,6 +71,9 @@ Weight slots (shapes for hidden H, q heads Q, kv heads K, head_dim D, intermedia
   [H, I] (+ down_proj.bias), ffn_post_norm [H] (sandwich_norm), ple_gate [P, H], ple_proj
   [H, P], ple_norm [H] (Gemma 4 per-layer embeddings, P = ple_dim), rope_freq_factors
   [rotary_dim / 2] (scaled RoPE frequencies: llama3, YaRN, LongRoPE, linear).
+Interventions, optional f32 vectors (also as attributes: ``layer.steer_resid_post = vec``):
+  steer_resid_pre / steer_resid_mid / steer_resid_post [H] (added times ``steer_scale``),
+  head_scale [Q] (multiplies each head's attention output), neuron_scale [I] (multiplies mlp_act).
 
 Fields (``Layer.FIELDS``), each per layer:
 """
@@ -85,8 +88,34 @@ def _fields_doc() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _intervention(slot: str, doc: str) -> property:
+    """A property over an optional float32 vector slot: None when unset; assigning None unsets."""
+
+    def get(self: "Layer") -> np.ndarray | None:
+        return self.weight(slot) if self.weight_type(slot) is not None else None
+
+    def put(self: "Layer", value: Any) -> None:
+        if value is None:
+            self.clear_weight(slot)
+        else:
+            self.set_weight(slot, np.ascontiguousarray(value, dtype=np.float32))
+
+    return property(get, put, doc=doc)
+
+
 class Layer(_rlxc.Layer):
     __doc__ = _LAYER_DOC + _fields_doc()
+
+    steer_resid_pre = _intervention("steer_resid_pre", "Steering vector [hidden] added (times steer_scale) to the "
+                                    "residual stream as the layer begins, or None.")
+    steer_resid_mid = _intervention("steer_resid_mid", "Steering vector [hidden] added (times steer_scale) after "
+                                    "the attention block's residual add, or None.")
+    steer_resid_post = _intervention("steer_resid_post", "Steering vector [hidden] added (times steer_scale) to the "
+                                     "layer's output, or None.")
+    head_scale = _intervention("head_scale", "Per-head multipliers [num_q_heads] of the attention output before "
+                               "o_proj (0 ablates a head), or None.")
+    neuron_scale = _intervention("neuron_scale", "Per-neuron multipliers [intermediate_size] of mlp_act (the "
+                                 "input of down_proj; 0 ablates a neuron), or None.")
 
     def weight_name(self, name: str) -> str:
         """The rlxc weight name for an rlxc or HF per-layer parameter name."""

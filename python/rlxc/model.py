@@ -16,12 +16,13 @@ place. ``model.tokenizer`` (set by :func:`rlxc.load`) turns text into ids for :m
 
 from __future__ import annotations
 
+import copy
 import html
 from typing import Any, Iterable, Literal, Mapping, Sequence, cast
 
 import numpy as np
 
-from . import archs, ops
+from . import archs, interp, ops
 from ._layer import Layer, Pipeline
 from ._rlxc import Engine
 from .generate import generate, token_ids
@@ -218,6 +219,7 @@ class Model:
         self._pipe_layers: tuple[int, ...] = ()
         self._activations: Literal["q8", "f32"] = "q8"
         self.activations = activations
+        self._taps = interp.Taps(self)
 
     @property
     def activations(self) -> str:
@@ -309,6 +311,7 @@ class Model:
                         final_softcap=self.final_softcap, **kw)
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "_engine_ple", self._ple_parts())
+        self._taps.apply(engine)
         return engine
 
     def _ple_parts(self) -> tuple[Any, ...]:
@@ -431,6 +434,79 @@ class Model:
         entry is the final-norm output of layer n-1 (not its raw output). Resets the cache."""
         t = self.trace(input_ids)
         return [t["embeddings"], *list(t["layers"][:-1]), t["final_norm"]]
+
+    # ------------------------------------------------------------------ stages, hooks, KV cache
+    def stage_names(self) -> list[str]:
+        """Every stage a token passes, in order: ``embed``, ``layers.{i}.{stage}`` for each stage of
+        :data:`rlxc.interp.LAYER_STAGES` (no k / v in layers that read another's K/V),
+        ``final_norm``, ``logits``. docs/stages.md says what each holds for each architecture."""
+        return interp.stage_names(self)
+
+    def collect(self, names: Any = None) -> Any:
+        """Context manager: ``with model.collect(["layers.3.resid_post"]) as cache: ...`` keeps
+        the named stages (a list, one name, a predicate over names, or None for all) of every
+        prefill / decode / generate call inside it, in an :class:`rlxc.interp.ActivationCache`
+        (stage -> float32 [tokens, ...])."""
+        return self._taps.collecting(names)
+
+    def run_with_cache(self, input_ids: Any, names: Any = None, reset: bool = True
+                       ) -> tuple[np.ndarray, interp.ActivationCache]:
+        """Run ``input_ids`` (after :meth:`reset` unless ``reset=False``) keeping the named stages
+        (see :meth:`collect`; None: all of them, attention weights included).
+        Returns ``(logits [T, vocab], cache)``; only the asked-for stages are copied."""
+        if reset:
+            self.reset()
+        with self.collect(names) as cache:
+            logits = self.prefill(input_ids, logits="all")
+        return cast(np.ndarray, logits), cache
+
+    def hooks(self, hooks: Mapping[str, Any]) -> Any:
+        """Context manager: ``with model.hooks({"layers.3.mlp_out": fn}):`` calls ``fn(values,
+        positions)`` at that stage in every call inside it (prefill, decode, generate, stream);
+        ``values`` is float32 [T, ...] (the stage's shape) and ``positions`` the tokens' positions.
+        ``fn`` may edit ``values`` in place or return a replacement of the same shape. Raising, or
+        returning another shape, fails the call with :class:`rlxc.interp.HookError` naming the
+        stage; the KV cache keeps what it had. A hook may not run or reset this model."""
+        return self._taps.hooked(hooks)
+
+    def patch(self, name: str, values: Any, positions: Any = None) -> None:
+        """Activation patching, in C: from now on, stage ``name`` at ``positions`` (default
+        0 .. len(values) - 1) takes ``values`` [len(positions), ...] (e.g. rows of another prompt's
+        :meth:`run_with_cache`) in every call that runs those positions. A later patch of the same
+        stage replaces this one; :meth:`clear_patches` removes all."""
+        self._taps.set_patch(name, values, positions)
+
+    def clear_patches(self) -> None:
+        """Remove every :meth:`patch`."""
+        self._taps.clear_patches()
+
+    def kv_cache(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer ``layer``'s cached (k, v): writable float32 views [num_kv_heads, n_past, head_dim]
+        (K after k-norm and RoPE). Editing them changes what the next tokens attend to. A layer that
+        reads another's K/V returns that layer's arrays."""
+        return cast(tuple[np.ndarray, np.ndarray], self.pipeline.kv_cache(layer))
+
+    def save_state(self) -> interp.ModelState:
+        """A copy of the KV cache and n_past (:meth:`load_state` restores it bit for bit)."""
+        return interp.save_state(self)
+
+    def load_state(self, state: interp.ModelState) -> None:
+        """Restore a :meth:`save_state` (of this model or one with the same K/V shapes)."""
+        interp.load_state(self, state)
+
+    def fork(self) -> "Model":
+        """A second Model over the same layers and weights (shared, not copied) with its own KV
+        cache holding a copy of this one's: branch a prompt prefix without recomputing it. Hooks,
+        caches and patches are not carried over."""
+        state = self.save_state()
+        new = copy.copy(self)
+        for name, value in (("layers", list(self.layers)), ("ple", dict(self.ple) if self.ple else None),
+                            ("metadata", dict(self.metadata)), ("_pipe", None), ("_engine", None),
+                            ("_engine_ple", None), ("_pipe_layers", ())):
+            object.__setattr__(new, name, value)
+        object.__setattr__(new, "_taps", interp.Taps(new))
+        new.load_state(state)
+        return new
 
     # ------------------------------------------------------------------ text
     def generate(self, prompt: Any, max_new_tokens: int = 128, *, temperature: float = 0.0,
