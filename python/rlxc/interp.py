@@ -1,7 +1,7 @@
 """Stages, caches, hooks, patches and the KV cache of an :class:`rlxc.Model`.
 
 Every point a token passes has a name, the same in Python, in the C engine (``rlxc._rlxc.STAGES``)
-and in docs/stages.md: ``embed``, then per layer ``layers.{i}.resid_pre``, ``.attn_in``, ``.q``,
+and in the README's table ("Stages, hooks and interventions"): ``embed``, then per layer ``layers.{i}.resid_pre``, ``.attn_in``, ``.q``,
 ``.k``, ``.v``, ``.attn_probs``, ``.attn_z``, ``.attn_out``, ``.resid_mid``, ``.mlp_in``,
 ``.mlp_act``, ``.mlp_out``, ``.resid_post``, then ``final_norm`` and ``logits``. A stage's values
 for T tokens are a float32 array ``[T, *stage_shape]`` (:meth:`StageSpec.shape`).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
@@ -172,10 +173,17 @@ class Taps:
     """A model's caches, hooks and patches, and the engine configuration they make."""
 
     def __init__(self, model: "Model") -> None:
-        self.model = model
+        self._model = weakref.ref(model)  # the model holds its Taps: no reference cycle
         self.hooks: dict[StageSpec, list[Callable[..., Any]]] = {}
         self.caches: list[tuple[ActivationCache, list[StageSpec]]] = []
         self.patches: dict[StageSpec, tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def model(self) -> "Model":
+        m = self._model()
+        if m is None:
+            raise ReferenceError("the model of these taps is gone")
+        return m
 
     # -- engine configuration
     def masks(self) -> list[int] | None:

@@ -439,7 +439,7 @@ class Model:
     def stage_names(self) -> list[str]:
         """Every stage a token passes, in order: ``embed``, ``layers.{i}.{stage}`` for each stage of
         :data:`rlxc.interp.LAYER_STAGES` (no k / v in layers that read another's K/V),
-        ``final_norm``, ``logits``. docs/stages.md says what each holds for each architecture."""
+        ``final_norm``, ``logits``. The README's stage table says what each holds."""
         return interp.stage_names(self)
 
     def collect(self, names: Any = None) -> Any:

@@ -5,7 +5,7 @@
     print(report)            # text table; in Jupyter the report renders as HTML
     report.ok, report.first_bad
 
-Rows: the (scaled) embeddings, the raw output of every decoder layer (captured from HF with
+Rows (``stages=True``: every named stage of :mod:`rlxc.interp` instead): the (scaled) embeddings, the raw output of every decoder layer (captured from HF with
 forward hooks, so the last layer is compared before the final norm too), the final-norm output
 and the logits. Per row: max abs error, max abs reference value, their ratio (the "relative
 error" checked against ``tol``) and the cosine similarity of the flattened tensors.
@@ -26,7 +26,7 @@ import numpy as np
 
 from . import loaders
 
-__all__ = ["compare", "Report", "Row", "errors", "hf_reference"]
+__all__ = ["compare", "Report", "Row", "errors", "hf_reference", "hf_stages"]
 
 
 @dataclass
@@ -101,12 +101,13 @@ class Report:
         raise KeyError(name)
 
     def __str__(self) -> str:
-        head = f"{'':2}{'tensor':<12}{'max abs err':>13}{'max abs ref':>13}{'rel err':>11}{'cosine':>13}"
+        w = max([12] + [len(r.name) + 1 for r in self.rows])
+        head = f"{'':2}{'tensor':<{w}}{'max abs err':>13}{'max abs ref':>13}{'rel err':>11}{'cosine':>13}"
         lines = [f"{self.title} ({self.n_tokens} tokens, tol {self.tol:g})".strip(), head]
         first = self.first_bad
         for r in self.rows:
             mark = ">>" if r.name == first else ("! " if r.bad else "  ")
-            lines.append(f"{mark}{r.name:<12}{r.max_abs_err:>13.3e}{r.max_abs_ref:>13.3e}"
+            lines.append(f"{mark}{r.name:<{w}}{r.max_abs_err:>13.3e}{r.max_abs_ref:>13.3e}"
                          f"{r.rel_err:>11.2e}{r.cosine:>13.9f}")
         lines.append("all within tol" if first is None else f"first over tol: {first}")
         return "\n".join(lines)
@@ -220,13 +221,96 @@ def hf_trace(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
     }
 
 
-def compare(hf_model: Any, rlxc_model: Any, input_ids: Any, tol: float = 1e-4) -> Report:
+def _first(x: Any) -> Any:
+    return x[0] if isinstance(x, tuple) else x
+
+
+def hf_stages(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
+    """transformers' value of every rlxc stage (see :mod:`rlxc.interp`), float64 ``[T, ...]``,
+    from one forward of a transformers causal LM built with ``attn_implementation="eager"``.
+
+    Module hooks give the decoder layer's input and output (resid_pre, resid_post), the input
+    norm (attn_in), o_proj's input and output (attn_z, attn_out), the pre-FFN norm's input and
+    output (resid_mid, mlp_in), down_proj's input (mlp_act), the MLP (mlp_out) and the final
+    norm; the eager attention function, wrapped for the call, gives q (after q-norm and RoPE), the
+    K/V it attends to (k, v; a KV-sharing layer's are its donor's) and the softmax weights
+    (attn_probs, over all T keys)."""
+    import sys
+
+    import torch
+
+    out: dict[str, np.ndarray] = {}
+
+    def put(name: str, t: Any) -> None:
+        out[name] = t.detach().double().numpy()
+
+    layers = hf_model.model.layers
+    mod = sys.modules[type(layers[0].self_attn).__module__]
+    orig = getattr(mod, "eager_attention_forward")
+
+    def attention(module: Any, query: Any, key: Any, value: Any, mask: Any, *a: Any, **kw: Any) -> Any:
+        o, w = orig(module, query, key, value, mask, *a, **kw)
+        p = f"layers.{module.layer_idx}."
+        for name, t in (("q", query), ("k", key), ("v", value), ("attn_probs", w)):
+            put(p + name, t[0].transpose(0, 1))
+        return o, w
+
+    def out_hook(name: str) -> Callable[..., None]:
+        return lambda m, a, o: put(name, _first(o)[0])
+
+    def in_hook(name: str) -> Callable[..., None]:
+        return lambda m, a, kw: put(name, (a[0] if a else kw["hidden_states"])[0])
+
+    handles = []
+    for i, layer in enumerate(layers):
+        p = f"layers.{i}."
+        ffn_norm = getattr(layer, "pre_feedforward_layernorm", None) or layer.post_attention_layernorm
+        down = getattr(layer.mlp, "down_proj", None) or layer.mlp.c_proj
+        handles += [
+            layer.register_forward_pre_hook(in_hook(p + "resid_pre"), with_kwargs=True),
+            layer.input_layernorm.register_forward_hook(out_hook(p + "attn_in")),
+            layer.self_attn.o_proj.register_forward_pre_hook(in_hook(p + "attn_z"), with_kwargs=True),
+            layer.self_attn.o_proj.register_forward_hook(out_hook(p + "attn_out")),
+            ffn_norm.register_forward_pre_hook(in_hook(p + "resid_mid"), with_kwargs=True),
+            ffn_norm.register_forward_hook(out_hook(p + "mlp_in")),
+            down.register_forward_pre_hook(in_hook(p + "mlp_act"), with_kwargs=True),
+            layer.mlp.register_forward_hook(out_hook(p + "mlp_out")),
+            layer.register_forward_hook(out_hook(p + "resid_post")),
+        ]
+    handles.append(hf_model.model.norm.register_forward_hook(out_hook("final_norm")))
+    setattr(mod, "eager_attention_forward", attention)
+    try:
+        with torch.no_grad():
+            ids = torch.as_tensor(np.asarray(input_ids)).reshape(1, -1)
+            logits = hf_model(input_ids=ids, use_cache=False, output_attentions=True).logits
+    finally:
+        setattr(mod, "eager_attention_forward", orig)
+        for h in handles:
+            h.remove()
+    put("logits", logits[0])
+    out["embed"] = out["layers.0.resid_pre"]
+    return out
+
+
+def compare(hf_model: Any, rlxc_model: Any, input_ids: Any, tol: float = 1e-4, stages: Any = False) -> Report:
     """Run both models on ``input_ids`` (1-D) from an empty cache and compare every stage.
 
     Returns a :class:`Report` (``print`` it, or display it in Jupyter). ``tol`` bounds the
     relative error max|rlxc - hf| / max|hf| of each row; the first row over it is flagged.
-    The rlxc model's cache is left holding ``input_ids``.
+    By default the rows are the embeddings, each layer's output, the final norm and the logits.
+    ``stages=True`` compares every stage a token passes instead (``embed``,
+    ``layers.{i}.attn_in`` ... ``layers.{i}.resid_post``, ``final_norm``, ``logits``; see
+    :func:`hf_stages`), so the first row over tol names the stage that goes wrong; a list of
+    stage names or a predicate picks some. The rlxc model's cache is left holding ``input_ids``.
     """
+    title = f"{type(hf_model).__name__} vs {getattr(rlxc_model, 'name', 'rlxc')}"
+    n = int(np.asarray(input_ids).size)
+    if stages is not False:
+        ref_s = hf_stages(hf_model, input_ids)
+        _, cache = rlxc_model.run_with_cache(input_ids, names=None if stages is True else stages)
+        names = [s for s in rlxc_model.stage_names() if s in cache]
+        rows = [errors(s, cache[s], ref_s[s].reshape(cache[s].shape), tol) for s in names]
+        return Report(rows, tol, n_tokens=n, title=title)
     ref = hf_trace(hf_model, input_ids)
     got = rlxc_model.trace(input_ids)
     rows = [errors("embeddings", got["embeddings"], ref["embeddings"], tol)]
@@ -234,8 +318,7 @@ def compare(hf_model: Any, rlxc_model: Any, input_ids: Any, tol: float = 1e-4) -
         rows.append(errors(f"layer {i}", got["layers"][i], ref["layers"][i], tol))
     rows.append(errors("final_norm", got["final_norm"], ref["final_norm"], tol))
     rows.append(errors("logits", got["logits"], ref["logits"], tol))
-    title = f"{type(hf_model).__name__} vs {getattr(rlxc_model, 'name', 'rlxc')}"
-    return Report(rows, tol, n_tokens=int(np.asarray(input_ids).size), title=title)
+    return Report(rows, tol, n_tokens=n, title=title)
 
 
 def hf_reference(path: Any, threads: int | None = None) -> Any:
