@@ -6,7 +6,11 @@
  *   - a prefill's logits match token-by-token decodes (1e-4 relative to the largest logit);
  *   - a rewind (decode at pos < n_past) reproduces the first run's logits exactly;
  *   - bad calls (ids outside the vocabulary, positions past the cache, too many tokens) fail
- *     with a message and leave the cache as it was.
+ *     with a message and leave the cache as it was;
+ *   - taps (rlxc_pipeline_set_taps): one call per tapped stage with its T, positions and width,
+ *     the same values on 1 and 3 threads, nothing changed by a tap that only reads (attn_probs,
+ *     computed apart, within 1e-5), a tap adding a vector equal to the steer_resid_post slot bit
+ *     for bit, a failing tap naming its stage and leaving the cache as it was.
  * Prints PASS/FAIL per check and "all model checks passed" at the end (exit status 1 otherwise).
  * `test_model N` tries thread counts up to N only (qemu-user hangs in libgomp's thread start, so
  * the aarch64 run under qemu uses 1). Built and run by tests/build_kernel_test.sh (and
@@ -178,6 +182,98 @@ static void test_isa(const char *isa, rlxc_model *m, const int32_t *ids) {
     free(got);
 }
 
+typedef struct {
+    int calls, fail_at;        /* fail_at: the call that returns 1 (0: none) */
+    double sum;                /* of every value seen */
+    const float *add;          /* added to layers.1.resid_post when set */
+    int bad_width;
+} tap_log;
+
+static int expected_width(const rlxc_layer *l, rlxc_stage s, int keys) {
+    switch (s) {
+    case RLXC_STAGE_Q: case RLXC_STAGE_ATTN_Z: return l->num_q_heads * l->head_dim;
+    case RLXC_STAGE_K: case RLXC_STAGE_V: return l->num_kv_heads * l->head_dim;
+    case RLXC_STAGE_ATTN_PROBS: return l->num_q_heads * keys;
+    case RLXC_STAGE_MLP_ACT: return l->intermediate_size;
+    case RLXC_STAGE_LOGITS: return V;
+    default: return H;
+    }
+}
+
+static rlxc_layer *tap_layers[NL];
+
+static int log_tap(void *ctx, int layer, rlxc_stage s, float *data, int T, int pos0, int width) {
+    tap_log *lg = ctx;
+    const rlxc_layer *l = tap_layers[layer < 0 ? 0 : layer];
+    if (width != expected_width(l, s, pos0 + T)) lg->bad_width++;
+    for (int i = 0; i < T * width; i++) lg->sum += data[i];
+    if (lg->add && layer == 1 && s == RLXC_STAGE_RESID_POST)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < H; i++) data[t * H + i] += lg->add[i];
+    return ++lg->calls == lg->fail_at;
+}
+
+/* Prefill of the prompt and one decode with the taps on (masks NULL: off); logits [T_PROMPT + 1][V]. */
+static int run_tapped(rlxc_model *m, const int32_t *ids, const uint32_t *masks, tap_log *lg, float *logits, char *err) {
+    rlxc_pipeline *p = rlxc_model_pipeline(m);
+    if (rlxc_pipeline_set_taps(p, masks ? log_tap : NULL, lg, masks, err)) return -1;
+    int rc = rlxc_pipeline_reset(p, err) || rlxc_model_prefill(m, ids, T_PROMPT, RLXC_LOGITS_ALL, logits, NULL, err) ||
+             rlxc_model_decode(m, ids[T_PROMPT], T_PROMPT, logits + (size_t)T_PROMPT * V, err);
+    rlxc_pipeline_set_taps(p, NULL, NULL, NULL, err);
+    return rc ? -1 : 0;
+}
+
+static void test_taps(const char *isa, rlxc_model *m, const int32_t *ids) {
+    char err[RLXC_ERRLEN];
+    rlxc_pipeline *p = rlxc_model_pipeline(m);
+    rlxc_pipeline_set_act(p, RLXC_ACT_Q8);
+    const size_t n = (size_t)(T_PROMPT + 1) * V;
+    float *ref = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float)), *probs = malloc(n * sizeof(float));
+    uint32_t masks[NL + 1], no_probs[NL + 1];
+    int stages_per_call = 0;
+    for (int i = 0; i < NL; i++) {
+        masks[i] = 0;
+        for (int s = 0; s < RLXC_STAGE_COUNT; s++)
+            if (!rlxc_stage_is_model((rlxc_stage)s) && !((s == RLXC_STAGE_K || s == RLXC_STAGE_V) && tap_layers[i]->kv_shared_from >= 0))
+                masks[i] |= 1u << s;
+        no_probs[i] = masks[i] & ~(1u << RLXC_STAGE_ATTN_PROBS);
+        stages_per_call += __builtin_popcount(masks[i]);
+    }
+    masks[NL] = no_probs[NL] = (1u << RLXC_STAGE_EMBED) | (1u << RLXC_STAGE_FINAL_NORM) | (1u << RLXC_STAGE_LOGITS);
+    stages_per_call += 3;
+    rlxc_pipeline_set_threads(p, 1);
+    int ok = !run_tapped(m, ids, NULL, NULL, ref, err);
+    tap_log a = {0}, b = {0}, c = {0};
+    ok = ok && !run_tapped(m, ids, no_probs, &a, got, err) && !memcmp(ref, got, n * sizeof(float));
+    rlxc_pipeline_set_threads(p, max_threads < 3 ? max_threads : 3);
+    ok = ok && !run_tapped(m, ids, masks, &b, probs, err) && max_diff(ref, probs, n) <= 1e-5f * max_abs(ref, n);
+    ok = ok && a.calls == 2 * (stages_per_call - NL) && b.calls == 2 * stages_per_call && !a.bad_width && !b.bad_width;
+    ok = ok && !run_tapped(m, ids, no_probs, &c, got, err) && c.sum == a.sum; /* 3 threads see what 1 saw */
+    if (!ok) printf("  taps: %s (calls %d / %d of %d per call)\n", err, a.calls, b.calls, stages_per_call);
+    check(ok, isa, "taps see every stage once per call, the same on 1 and 3 threads, and change nothing");
+    /* a tap adding v to layers.1.resid_post == the steer_resid_post slot */
+    float *v = random_floats(H, 0.5f, 0.0f);
+    uint32_t one[NL + 1] = {0};
+    one[1] = 1u << RLXC_STAGE_RESID_POST;
+    tap_log d = {.add = v};
+    ok = !run_tapped(m, ids, one, &d, got, err);
+    ok = ok && !rlxc_layer_set_weight(tap_layers[1], RLXC_W_STEER_POST, v, 1, H, RLXC_F32, err) &&
+         !run_tapped(m, ids, NULL, NULL, probs, err) && !memcmp(got, probs, n * sizeof(float)) && memcmp(got, ref, n * sizeof(float));
+    rlxc_layer_clear_weight(tap_layers[1], RLXC_W_STEER_POST);
+    check(ok, isa, "a tap adding a vector equals the steering slot bit for bit");
+    /* a failing tap: the call fails naming the stage, the cache keeps its tokens */
+    ok = !run_tapped(m, ids, NULL, NULL, got, err);
+    tap_log f = {.fail_at = 4}; /* embed, resid_pre, attn_in, q */
+    ok = ok && !rlxc_pipeline_set_taps(p, log_tap, &f, no_probs, err);
+    ok = ok && rlxc_model_decode(m, ids[0], T_PROMPT + 1, got, err) && strstr(err, "tap at stage layers.0.q");
+    ok = ok && rlxc_pipeline_n_past(p) == T_PROMPT + 1;
+    rlxc_pipeline_set_taps(p, NULL, NULL, NULL, err);
+    ok = ok && rlxc_pipeline_set_taps(p, log_tap, &f, (uint32_t[NL + 1]){[3] = 1u << RLXC_STAGE_K}, err) != 0 &&
+         strstr(err, "layer 3 reads layer 1's K/V");
+    check(ok, isa, "a failing tap fails the call naming its stage; k/v taps of a sharing layer are refused");
+    free(v), free(ref), free(got), free(probs);
+}
+
 /* Rows read back from a packed copy (what a tied embedding's lookups use) equal the GGUF rows'
  * dequantization bit for bit, the tail rows past the last whole group included. */
 static void test_weight_rows(const char *isa) {
@@ -209,7 +305,7 @@ int main(int argc, char **argv) {
     rlxc_layer layers[NL], *ptrs[NL];
     for (int i = 0; i < NL; i++) {
         configure(&layers[i], i);
-        ptrs[i] = &layers[i];
+        ptrs[i] = tap_layers[i] = &layers[i];
         if (fill(&layers[i], i, err)) {
             printf("layer %d: %s\n", i, err);
             return 1;
@@ -242,6 +338,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
         if (!rlxc_kernels_available(isas[i]) || rlxc_kernels_select(isas[i], err, sizeof err)) continue;
         test_isa(isas[i], m, ids);
+        test_taps(isas[i], m, ids);
         test_weight_rows(isas[i]);
     }
     rlxc_model_free(m);

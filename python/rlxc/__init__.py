@@ -24,7 +24,8 @@ from ._layer import Layer, Pipeline, _init_defaults
 _rlxc._register_enums(NormType, FfnType, Activation, RopeLayout)
 _init_defaults()
 
-from . import ops  # noqa: E402
+from . import interp, ops  # noqa: E402
+from .interp import ActivationCache, HookError  # noqa: E402
 from .hf import from_hf  # noqa: E402
 from .model import Model  # noqa: E402
 from .report import Report, compare  # noqa: E402
@@ -51,4 +52,4 @@ def get_isa() -> str:
 
 __all__ = ["Activation", "FfnType", "Layer", "Model", "NormType", "Pipeline", "Report", "RopeLayout", "compare",
            "cpu_info", "from_hf", "get_isa", "ops", "set_isa", "__version__"]
-__all__ += ["load", "save", "tokenizer"]
+__all__ += ["load", "save", "tokenizer", "interp", "ActivationCache", "HookError"]
