@@ -381,3 +381,23 @@ def test_compare_by_stage_names_the_first_stage_that_goes_wrong():
     assert "layers.2.attn_probs" in str(report)
     sub = compare(hf, model, ids, stages=lambda n: n.endswith("resid_post"))
     assert sub.first_bad == "layers.2.resid_post"
+
+
+def test_interventions_and_caches_apply_in_generate_and_stream(pairs):
+    hf, model = pairs("llama")
+    prompt = [int(t) for t in token_ids(6, seed=15)]
+    plain = model.generate(prompt, 8)
+    v = np.random.default_rng(16).standard_normal(model.hidden_size).astype(np.float32) * 3
+    model.layers[2].steer_resid_post = v
+    try:
+        steered = model.generate(prompt, 8)
+        streamed = list(model.stream(prompt, 8))
+        with model.collect("layers.2.resid_post") as cache:
+            again = model.generate(prompt, 8)
+    finally:
+        model.layers[2].steer_resid_post = None
+    assert steered != plain and streamed == steered == again
+    # the prompt's prefill and one decode per new token but the last (its logits end the loop)
+    assert cache["layers.2.resid_post"].shape == (6 + 8 - 1, model.hidden_size)
+    np.testing.assert_array_equal(cache.positions("layers.2.resid_post"), np.arange(13))
+    assert model.generate(prompt, 8) == plain
