@@ -44,11 +44,34 @@ void rlxc_linear_team(const rlxc_team *tm, const rlxc_xin *in, const rlxc_produc
 void rlxc_linear_alike(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq, int *r0,
                        int *r1);
 
+/* One layer's K/V (kvcache.c): [heads][rows][dim] of type; position p in cell p % cells, and a
+ * ring (window W > 0: cells < max_seq, rows = cells + W - 1) writes cell c < W - 1 at rows c and
+ * c + cells too. */
 typedef struct {
-    float *k, *v;   /* [num_kv_heads][max_seq][head_dim], NULL for layers that share another's */
+    void *k, *v;    /* NULL for layers that read another layer's */
     int heads, dim; /* the shape the cache was allocated for */
     int shared;     /* the layer read another layer's cache when this was allocated */
+    rlxc_wtype type;
+    int cells, rows, window; /* window 0: a full cache (cells == max_seq) */
 } rlxc_kv_cache;
+
+int rlxc_kv_alloc(rlxc_pipeline *p, char *err);
+void rlxc_kv_free(rlxc_pipeline *p);
+/* Before a call with an empty cache and no views out: caches re-allocated where the layers or
+ * the settings changed (nothing is lost), so such edits need no reset. */
+int rlxc_kv_refresh(rlxc_pipeline *p, char *err);
+/* The layer's cache (own or shared) fits the layer and the settings now. */
+int rlxc_kv_check(const rlxc_pipeline *p, int i, char *err);
+/* A decode at pos < n_past needs the window before pos still in every ring. */
+int rlxc_kv_check_rewind(const rlxc_pipeline *p, int pos, char *err);
+/* Row of position pos; the positions after it follow in the next rows (up to `cells` of them). */
+size_t rlxc_kv_row(const rlxc_kv_cache *c, int pos);
+void *rlxc_kv_at(const rlxc_kv_cache *c, void *base, int h, size_t row); /* base: c->k or c->v */
+void rlxc_kv_store(const rlxc_kv_cache *c, int h, int pos, const float *k, const float *v);
+/* Row `row` of head h of base (c->k or c->v) as floats: in place for f32, else converted into tmp[dim]. */
+const float *rlxc_kv_row_f32(const rlxc_kv_cache *c, const void *base, int h, size_t row, float *tmp);
+/* Before a call: rows edited through views copied to their ring mirrors. */
+void rlxc_kv_sync(rlxc_pipeline *p);
 
 /* Scratch, grown only when a call needs more (more tokens, wider layers, more threads): decode
  * after a prefill of the same model never allocates. */
@@ -57,8 +80,8 @@ typedef struct {
     float *act;     /* per-token buffers of the widest layer, T tokens (rlxc_pipeline_bufs) */
     void *xq;       /* quantized activations (rlxc_xin_scratch_bytes) */
     float *dq;      /* each thread's dequantized rows */
-    float *scores;  /* each thread's max_seq attention scores */
-    int scores_threads;
+    float *scores;  /* each thread's max_seq attention scores (at least head_dim floats) */
+    size_t cap_scores;
     float *probs;   /* attention weights of a tapped attn_probs stage: [T][num_q_heads][n_keys] */
     size_t cap_probs;
 } rlxc_scratch;
@@ -71,6 +94,9 @@ struct rlxc_pipeline {
     rlxc_scratch s;
     size_t dq_stride;   /* floats of one thread's dq */
     size_t rope_floats; /* the widest layer's rotary_dim / 2: room for its RoPE frequencies */
+    rlxc_wtype kv_type; /* rlxc_pipeline_set_kv */
+    int kv_ring, ubatch;
+    int kv_exported;    /* views handed out (rlxc_pipeline_kv) since the last rlxc_pipeline_kv_released */
     rlxc_tap_fn tap_fn; /* rlxc_pipeline_set_taps */
     void *tap_ctx;
     uint32_t *tap_masks; /* [n_layers + 1] */
@@ -100,9 +126,9 @@ void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T,
 void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
                          const rlxc_product *ps, int n, int *r0, int *r1);
 /* Whole team: the layers over x[T][H] in place at positions pos0..; ple [T][ple_stride] or NULL;
- * layer_out NULL or [n_layers][T][H]. Enters and leaves without a barrier of its own: x rows are
+ * layer_out NULL or layer i's rows at layer_out + i * layer_out_T * H. Enters and leaves without a barrier of its own: x rows are
  * read and written by the thread that owns them in rlxc_team_share(T, 1). */
 void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
-                          float *layer_out);
+                          float *layer_out, int layer_out_T);
 
 #endif

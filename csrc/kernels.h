@@ -181,6 +181,9 @@ typedef struct rlxc_kernels {
      * engine and rlxc.ops.attention pass separate buffers. */
     void (*attn_head)(float *out, const float *q, const float *k, const float *v, int head_dim,
                       int n_keys, float scale, float softcap, float *scratch);
+    /* The same over a KV cache kept in f16 (the arithmetic of attn_head on the converted values). */
+    void (*attn_head_f16)(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v, int head_dim,
+                          int n_keys, float scale, float softcap, float *scratch);
 
     void (*silu)(float *y, const float *x, int n);
     void (*gelu_tanh)(float *y, const float *x, int n);
@@ -227,7 +230,8 @@ typedef struct rlxc_kernels {
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
         .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
-        .attn_head = rlxc_attn_head_##sops, .silu = rlxc_silu_##sops, .gelu_tanh = rlxc_gelu_tanh_##sops, \
+        .attn_head = rlxc_attn_head_##sops, .attn_head_f16 = rlxc_attn_head_f16_##sops,                   \
+        .silu = rlxc_silu_##sops, .gelu_tanh = rlxc_gelu_tanh_##sops, \
         .mul = rlxc_mul_##sops, .add = rlxc_add_##sops, .scale = rlxc_scale_##sops,                       \
         .softcap = rlxc_softcap_##sops,                                                                   \
     }
@@ -258,6 +262,8 @@ typedef struct rlxc_kernels {
                          int half);                                                                            \
     void rlxc_attn_head_##sfx(float *out, const float *q, const float *k, const float *v, int head_dim,        \
                               int n_keys, float scale, float softcap, float *scratch);                         \
+    void rlxc_attn_head_f16_##sfx(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v,          \
+                                  int head_dim, int n_keys, float scale, float softcap, float *scratch);       \
     void rlxc_silu_##sfx(float *y, const float *x, int n);                                                     \
     void rlxc_gelu_tanh_##sfx(float *y, const float *x, int n);                                                \
     void rlxc_mul_##sfx(float *y, const float *a, const float *b, int n);                                      \

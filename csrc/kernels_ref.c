@@ -185,27 +185,36 @@ void rlxc_rope_scalar(float *x, int n_heads, int head_dim, const float *cos, con
     }
 }
 
-void rlxc_attn_head_scalar(float *out, const float *q, const float *k, const float *v, int head_dim,
-                           int n_keys, float scale, float softcap, float *scores) {
-    float max = -INFINITY;
-    for (int j = 0; j < n_keys; j++) {
-        float s = scale * dot_f32(q, k + (size_t)j * head_dim, head_dim);
-        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        scores[j] = s;
-        max = s > max ? s : max;
+/* One attention head over K/V rows of element type T, LOAD(x) turning one element into a float:
+ * the f32 kernel and the f16-cache kernel are the same arithmetic on the loaded values. */
+#define DEFINE_ATTN_HEAD_SCALAR(name, T, LOAD)                                                    \
+    void name(float *out, const float *q, const T *k, const T *v, int head_dim, int n_keys, float scale, \
+              float softcap, float *scores) {                                                     \
+        float max = -INFINITY;                                                                    \
+        for (int j = 0; j < n_keys; j++) {                                                        \
+            const T *kj = k + (size_t)j * head_dim;                                               \
+            float dot = 0.0f;                                                                     \
+            for (int d = 0; d < head_dim; d++) dot += q[d] * LOAD(kj[d]);                         \
+            float s = scale * dot;                                                                \
+            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);                                 \
+            scores[j] = s;                                                                        \
+            max = s > max ? s : max;                                                              \
+        }                                                                                         \
+        float sum = 0.0f;                                                                         \
+        for (int j = 0; j < n_keys; j++) {                                                        \
+            scores[j] = expf(scores[j] - max);                                                    \
+            sum += scores[j];                                                                     \
+        }                                                                                         \
+        for (int d = 0; d < head_dim; d++) out[d] = 0.0f;                                         \
+        for (int j = 0; j < n_keys; j++) {                                                        \
+            const float p = scores[j] / sum;                                                      \
+            const T *vj = v + (size_t)j * head_dim;                                               \
+            for (int d = 0; d < head_dim; d++) out[d] += p * LOAD(vj[d]);                         \
+        }                                                                                         \
     }
-    float sum = 0.0f;
-    for (int j = 0; j < n_keys; j++) {
-        scores[j] = expf(scores[j] - max);
-        sum += scores[j];
-    }
-    for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
-    for (int j = 0; j < n_keys; j++) {
-        const float p = scores[j] / sum;
-        const float *vj = v + (size_t)j * head_dim;
-        for (int d = 0; d < head_dim; d++) out[d] += p * vj[d];
-    }
-}
+#define LOAD_F32(x) (x)
+DEFINE_ATTN_HEAD_SCALAR(rlxc_attn_head_scalar, float, LOAD_F32)
+DEFINE_ATTN_HEAD_SCALAR(rlxc_attn_head_f16_scalar, rlxc_fp16, rlxc_fp16_to_f32)
 
 /* ---- elementwise ---- */
 

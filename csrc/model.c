@@ -78,7 +78,8 @@ typedef struct {
     const int32_t *ids;
     int T, pos0, first, rows; /* logits of tokens first .. first + rows - 1 */
     float *logits;
-    const rlxc_trace *trace;
+    rlxc_trace trace;         /* this pass's rows of the caller's trace (pointers NULL: none) */
+    int trace_T;              /* tokens per layer in trace.layers */
 } model_call;
 
 /* Gemma 4 per-layer inputs of T tokens into ple[T][stride] (tok: scratch of the same size). */
@@ -127,14 +128,14 @@ static void model_team(const rlxc_team *tm, void *arg) {
         /* a tied embedding's rows come from the lm_head's packed copy once it has one */
         rlxc_weight_row(mp->lm_head.data == mp->embed.data ? &mp->lm_head : &mp->embed, c->ids[t], xt);
         if (mp->embed_scale != 1.0f) kn->scale(xt, mp->embed_scale, H);
-        if (c->trace && c->trace->embeddings) memcpy(c->trace->embeddings + t * H, xt, H * sizeof(float));
+        if (c->trace.embeddings) memcpy(c->trace.embeddings + t * H, xt, H * sizeof(float));
     }
     rlxc_tap(p, tm, -1, RLXC_STAGE_EMBED, x, T, c->pos0, H);
     if (stride) {
         rlxc_team_sync(tm);
         per_layer_inputs(tm, c, x, ple, ple + stride * T);
     }
-    rlxc_pipeline_layers(p, tm, x, stride ? ple : NULL, T, c->pos0, c->trace ? c->trace->layers : NULL);
+    rlxc_pipeline_layers(p, tm, x, stride ? ple : NULL, T, c->pos0, c->trace.layers, c->trace_T);
     if (!c->rows) return;
 
     /* final norm of the rows that get logits, then the lm_head's rows split over the team */
@@ -148,7 +149,7 @@ static void model_team(const rlxc_team *tm, void *arg) {
         else if (mp->norm_type == RLXC_LAYERNORM)
             kn->layernorm(nr, xr, mp->norm.data, mp->norm_bias.data, mp->norm_eps, H);
         else kn->rmsnorm(nr, xr, mp->norm.data, mp->norm_offset, mp->norm_eps, H);
-        if (c->trace && c->trace->final_norm) memcpy(c->trace->final_norm + r * H, nr, H * sizeof(float));
+        if (c->trace.final_norm) memcpy(c->trace.final_norm + r * H, nr, H * sizeof(float));
     }
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, -1, RLXC_STAGE_FINAL_NORM, normed, c->rows, c->pos0 + c->first, H);
@@ -161,8 +162,10 @@ static void model_team(const rlxc_team *tm, void *arg) {
     rlxc_tap(p, tm, -1, RLXC_STAGE_LOGITS, c->logits, c->rows, c->pos0 + c->first, (size_t)lm->rows);
 }
 
-static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits which, float *logits,
-               const rlxc_trace *trace, char *err) {
+/* T tokens at positions n_past.. in passes of at most ubatch tokens, each appended to the cache
+ * before the next; a failed pass leaves n_past as it was. */
+static int run(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits, const rlxc_trace *trace,
+               char *err) {
     rlxc_pipeline *p = m->p;
     if (check_parts(m, err)) return -1;
     const int V = m->parts.embed.rows;
@@ -172,17 +175,30 @@ static int run(rlxc_model *m, const int32_t *ids, int T, int pos0, rlxc_logits w
         if (ids[t] >= ple_rows)
             FAIL("token id %d is past the per-layer embedding's %d rows", (int)ids[t], ple_rows);
     }
-    const int H = rlxc_pipeline_hidden_size(p);
-    if (which == RLXC_LOGITS_ALL && (size_t)T * m->parts.lm_head.rows > RLXC_MAX_COUNT)
-        FAIL("%d tokens of %d logits exceed what one call can hold: ask for the last logits only or split the prefill",
-             T, m->parts.lm_head.rows);
-    const size_t extra = 2 * (size_t)H + 2 * rlxc_pipeline_ple_stride(p);
-    if (rlxc_pipeline_begin(p, T, extra, p->n_threads, err)) return -1;
-    if (p->act == RLXC_ACT_Q8) rlxc_weight_pack(&m->parts.lm_head, 1);
-    model_call c = {m, ids, T, pos0, which == RLXC_LOGITS_LAST ? T - 1 : 0,
-                    which == RLXC_LOGITS_ALL ? T : which == RLXC_LOGITS_LAST ? 1 : 0, logits, trace};
-    rlxc_team_run(p->n_threads, model_team, &c);
-    return rlxc_taps_failed(p, err);
+    const size_t H = rlxc_pipeline_hidden_size(p), NL = m->parts.lm_head.rows;
+    if (which == RLXC_LOGITS_ALL && (size_t)T * NL > RLXC_MAX_COUNT)
+        FAIL("%d tokens of %zu logits exceed what one call can hold: ask for the last logits only or split the prefill",
+             T, NL);
+    const size_t extra = 2 * H + 2 * rlxc_pipeline_ple_stride(p);
+    const int n0 = p->n_past;
+    for (int t = 0; t < T; t += p->ubatch) {
+        const int n = T - t < p->ubatch ? T - t : p->ubatch, last = t + n == T;
+        if (rlxc_pipeline_begin(p, n, extra, p->n_threads, err)) break;
+        if (p->act == RLXC_ACT_Q8) rlxc_weight_pack(&m->parts.lm_head, 1);
+        model_call c = {m, ids + t, n, p->n_past, 0, 0, NULL, {NULL, NULL, NULL}, T};
+        if (which == RLXC_LOGITS_ALL) c.rows = n, c.logits = logits + t * NL;
+        else if (which == RLXC_LOGITS_LAST && last) c.first = n - 1, c.rows = 1, c.logits = logits;
+        if (trace)
+            c.trace = (rlxc_trace){trace->embeddings ? trace->embeddings + t * H : NULL,
+                                   trace->layers ? trace->layers + t * H : NULL,
+                                   trace->final_norm ? trace->final_norm + t * H : NULL};
+        rlxc_team_run(p->n_threads, model_team, &c);
+        if (rlxc_taps_failed(p, err)) break;
+        p->n_past += n;
+    }
+    if (p->n_past == n0 + T) return 0;
+    p->n_past = n0;
+    return -1;
 }
 
 int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits,
@@ -192,16 +208,17 @@ int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits whi
     if (p->n_past + T > p->max_seq)
         FAIL("prefill of %d tokens at position %d would exceed max_seq=%d", T, p->n_past, p->max_seq);
     if (trace && trace->final_norm && which != RLXC_LOGITS_ALL) FAIL("a trace of the final norm needs every logit");
-    if (run(m, ids, T, p->n_past, which, logits, trace, err)) return -1;
-    p->n_past += T;
-    return 0;
+    return run(m, ids, T, which, logits, trace, err);
 }
 
 int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *err) {
     rlxc_pipeline *p = m->p;
     if (pos < 0 || pos >= p->max_seq) FAIL("pos must be in [0, max_seq=%d), got %d", p->max_seq, pos);
     if (pos > p->n_past) FAIL("pos (%d) is past the %d cached tokens: positions must be filled in order", pos, p->n_past);
-    if (run(m, &id, 1, pos, RLXC_LOGITS_ALL, logits, NULL, err)) return -1;
-    p->n_past = pos + 1;
-    return 0;
+    if (rlxc_kv_check_rewind(p, pos, err)) return -1;
+    const int n_past = p->n_past;
+    p->n_past = pos;
+    if (!run(m, &id, 1, RLXC_LOGITS_ALL, logits, NULL, err)) return 0;
+    p->n_past = n_past;
+    return -1;
 }

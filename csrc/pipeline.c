@@ -11,35 +11,9 @@
 
 static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err);
 
-static size_t kv_floats(const rlxc_pipeline *p, int i) {
-    const rlxc_layer *l = p->layers[i];
-    return (size_t)l->num_kv_heads * p->max_seq * l->head_dim;
-}
-
-static int alloc_caches(rlxc_pipeline *p, char *err) {
-    for (int i = 0; i < p->n_layers; i++) {
-        const rlxc_layer *l = p->layers[i];
-        rlxc_kv_cache *c = &p->kv[i];
-        free(c->k);
-        free(c->v);
-        memset(c, 0, sizeof *c);
-        c->shared = l->kv_shared_from >= 0;
-        if (c->shared) continue;
-        c->k = calloc(kv_floats(p, i), sizeof(float));
-        c->v = calloc(kv_floats(p, i), sizeof(float));
-        if (!c->k || !c->v) FAIL("out of memory for layer %d's KV cache (%zu floats)", i, 2 * kv_floats(p, i));
-        c->heads = l->num_kv_heads;
-        c->dim = l->head_dim;
-    }
-    return 0;
-}
-
 void rlxc_pipeline_free(rlxc_pipeline *p) {
     if (!p) return;
-    for (int i = 0; p->kv && i < p->n_layers; i++) {
-        free(p->kv[i].k);
-        free(p->kv[i].v);
-    }
+    rlxc_kv_free(p);
     free(p->kv);
     free(p->layers);
     free(p->s.act);
@@ -77,36 +51,19 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
             return NULL;
         }
     }
-    if (alloc_caches(p, err) || ensure_scratch(p, 1, 0, p->n_threads, err)) {
+    p->kv_type = RLXC_F32;
+    p->kv_ring = 1;
+    p->ubatch = 512;
+    if (rlxc_kv_alloc(p, err) || ensure_scratch(p, 1, 0, p->n_threads, err)) {
         rlxc_pipeline_free(p);
         return NULL;
     }
     return p;
 }
 
-int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p) {
-    for (int i = 0; i < p->n_layers; i++) {
-        const rlxc_layer *l = p->layers[i];
-        const int own = l->kv_shared_from < 0;
-        if (own != (p->kv[i].k != NULL) || (own && (p->kv[i].heads != l->num_kv_heads || p->kv[i].dim != l->head_dim)))
-            return 1;
-    }
-    return 0;
-}
-
 int rlxc_pipeline_reset(rlxc_pipeline *p, char *err) {
     p->n_past = 0;
-    return rlxc_pipeline_kv_reshaped(p) ? alloc_caches(p, err) : 0;
-}
-
-int rlxc_pipeline_kv(const rlxc_pipeline *p, int i, float **k, float **v, int *heads, int *dim) {
-    const int src = p->kv[i].shared && p->layers[i]->kv_shared_from >= 0 ? p->layers[i]->kv_shared_from : i;
-    const rlxc_kv_cache *c = &p->kv[src];
-    *k = c->k;
-    *v = c->v;
-    *heads = c->heads;
-    *dim = c->dim;
-    return src;
+    return rlxc_pipeline_kv_reshaped(p) ? rlxc_kv_alloc(p, err) : 0;
 }
 
 int rlxc_pipeline_set_n_past(rlxc_pipeline *p, int n, char *err) {
@@ -148,11 +105,7 @@ static int validate(const rlxc_pipeline *p, char *err) {
                 FAIL("layer %d shares layer %d's KV cache but has num_kv_heads %d / head_dim %d vs %d / %d", i, src,
                      l->num_kv_heads, l->head_dim, s->num_kv_heads, s->head_dim);
         }
-        const rlxc_kv_cache *c = &p->kv[src >= 0 ? src : i];
-        /* a layer that switched between own and shared K/V has a cache with gaps */
-        if (!c->k || c->heads != l->num_kv_heads || c->dim != l->head_dim || p->kv[i].shared != (src >= 0))
-            FAIL("layer %d's K/V shape (num_kv_heads * head_dim) or kv_shared_from changed since its cache was "
-                 "allocated: call reset()", i);
+        if (rlxc_kv_check(p, i, err)) return -1;
     }
     return 0;
 }
@@ -231,6 +184,13 @@ static size_t widest_input(const rlxc_layer *l) {
     return most;
 }
 
+/* Each thread's attention scratch: scores of up to max_seq keys, or a K/V row as floats. */
+static size_t scores_floats(const rlxc_pipeline *p) {
+    size_t n = (size_t)p->max_seq;
+    for (int i = 0; i < p->n_layers; i++) n = (size_t)p->layers[i]->head_dim > n ? (size_t)p->layers[i]->head_dim : n;
+    return n;
+}
+
 /* Grow scratch to hold T tokens of the largest layer (plus extra_floats per token) on n_threads. */
 static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
     rlxc_scratch *s = &p->s;
@@ -262,11 +222,11 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
     }
     p->dq_stride = dq_stride;
     p->rope_floats = rope;
-    if (s->scores_threads < nth) {
-        s->scores_threads = 0;
-        if (regrow((void **)&s->scores, (size_t)nth * p->max_seq * sizeof(float)))
+    if ((size_t)nth * scores_floats(p) > s->cap_scores) {
+        s->cap_scores = 0;
+        if (regrow((void **)&s->scores, (size_t)nth * scores_floats(p) * sizeof(float)))
             FAIL("out of memory for attention scratch");
-        s->scores_threads = nth;
+        s->cap_scores = (size_t)nth * scores_floats(p);
     }
     return 0;
 }
@@ -299,10 +259,11 @@ static int ensure_probs(rlxc_pipeline *p, int T, char *err) {
 }
 
 int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
-    if (validate(p, err) || check_call_size(p, T, err) || ensure_scratch(p, T, extra_floats, n_threads, err) ||
-        ensure_probs(p, T, err))
+    if (rlxc_kv_refresh(p, err) || validate(p, err) || check_call_size(p, T, err) ||
+        ensure_scratch(p, T, extra_floats, n_threads, err) || ensure_probs(p, T, err))
         return -1;
     p->tap_failed = 0;
+    rlxc_kv_sync(p);
     if (p->act == RLXC_ACT_Q8)
         for (int i = 0; i < p->n_layers; i++)
             for (int s = 0; s < RLXC_W_COUNT; s++)
@@ -376,10 +337,7 @@ void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, 
 /* K/V head item j (token at pos, head h) into layer li's cache. */
 static void store_kv(rlxc_pipeline *p, int li, const bufs *b, size_t j, int pos, int h) {
     const int hd = p->layers[li]->head_dim;
-    const rlxc_kv_cache *c = &p->kv[li];
-    const size_t at = ((size_t)h * p->max_seq + pos) * hd;
-    memcpy(c->k + at, b->k + j * hd, hd * sizeof(float));
-    memcpy(c->v + at, b->v + j * hd, hd * sizeof(float));
+    rlxc_kv_store(&p->kv[li], h, pos, b->k + j * hd, b->v + j * hd);
 }
 
 /* Per-head work after the Q/K/V products, item by item: the T * nq query heads (q-norm, RoPE),
@@ -420,13 +378,15 @@ static void restore_kv(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs
     for (size_t j = a; j < e; j++) store_kv(p, li, b, j, pos0 + (int)(j / nkv), (int)(j % nkv));
 }
 
-/* The attention weights of one query over keys k[0..n) into pr[0..n) (a tapped attn_probs stage;
- * the kernels keep theirs to themselves). */
-static void head_probs(float *pr, const float *q, const float *k, int hd, int n, float scale, float softcap) {
+/* The attention weights of one query over the n keys from row `row` of kv head h into pr[0..n)
+ * (a tapped attn_probs stage; the kernels keep theirs to themselves); tmp: head_dim floats. */
+static void head_probs(float *pr, const float *q, const rlxc_kv_cache *c, int h, size_t row, int n, float scale,
+                       float softcap, float *tmp) {
     float max = -INFINITY, sum = 0.0f;
     for (int j = 0; j < n; j++) {
+        const float *k = rlxc_kv_row_f32(c, c->k, h, row + j, tmp);
         float s = 0.0f;
-        for (int d = 0; d < hd; d++) s += q[d] * k[(size_t)j * hd + d];
+        for (int d = 0; d < c->dim; d++) s += q[d] * k[d];
         s *= scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         pr[j] = s;
@@ -437,35 +397,44 @@ static void head_probs(float *pr, const float *q, const float *k, int hd, int n,
 }
 
 /* This thread's query items (token t, head h) over their visible keys: the last W of 0..pos. A
- * tapped attn_probs stage splits it in two: weights, the tap, then the weighted sum of V. */
+ * tapped attn_probs stage splits it in two: weights, the tap, then the weighted sum of V (weights
+ * a tap puts outside the visible keys are not read). */
 static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_kv_cache *c, const bufs *b,
                       int T, int pos0) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
     const rlxc_layer *l = p->layers[li];
     const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
     const int probs = rlxc_tapped(p, li, RLXC_STAGE_ATTN_PROBS), keys = pos0 + T;
     const float *head_scale = l->w[RLXC_W_HEAD_SCALE].data;
-    float *scores = p->s.scores + (size_t)tm->ith * p->max_seq;
+    float *scores = p->s.scores + (size_t)tm->ith * scores_floats(p);
     size_t a, e;
     rlxc_team_share(tm, (size_t)T * nq, 1, &a, &e);
     for (int pass = 0; pass < 1 + probs; pass++) {
         for (size_t it = a; it < e; it++) {
-            const int t = (int)(it / nq), h = (int)(it % nq), pos = pos0 + t;
+            const int t = (int)(it / nq), h = (int)(it % nq), kvh = h / group, pos = pos0 + t;
             const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, n = pos - start + 1;
-            const size_t base = ((size_t)(h / group) * p->max_seq + start) * hd;
+            const size_t row = rlxc_kv_row(c, start);
             float *out = b->att + it * hd, *pr = p->s.probs + it * keys;
             if (!probs) {
-                rlxc_kernels_active()->attn_head(out, b->q + it * hd, c->k + base, c->v + base, hd, n, l->attn_scale,
-                                                 l->attn_softcap, scores);
+                const float *q = b->q + it * hd;
+                if (c->type == RLXC_F16)
+                    kn->attn_head_f16(out, q, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row), hd, n,
+                                      l->attn_scale, l->attn_softcap, scores);
+                else
+                    kn->attn_head(out, q, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row), hd, n,
+                                  l->attn_scale, l->attn_softcap, scores);
             } else if (pass == 0) {
                 memset(pr, 0, (size_t)keys * sizeof(float));
-                head_probs(pr + start, b->q + it * hd, c->k + base, hd, n, l->attn_scale, l->attn_softcap);
+                head_probs(pr + start, b->q + it * hd, c, kvh, row, n, l->attn_scale, l->attn_softcap, scores);
                 continue;
             } else {
                 memset(out, 0, hd * sizeof(float));
-                for (int j = 0; j < keys; j++)
-                    for (int d = 0; d < hd; d++) out[d] += pr[j] * c->v[((size_t)(h / group) * p->max_seq + j) * hd + d];
+                for (int j = 0; j < n; j++) {
+                    const float *v = rlxc_kv_row_f32(c, c->v, kvh, row + j, scores);
+                    for (int d = 0; d < hd; d++) out[d] += pr[start + j] * v[d];
+                }
             }
-            if (head_scale) rlxc_kernels_active()->scale(out, head_scale[h], hd);
+            if (head_scale) kn->scale(out, head_scale[h], hd);
         }
         if (probs && pass == 0) rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_PROBS, p->s.probs, T, pos0, (size_t)nq * keys);
     }
@@ -592,7 +561,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
 }
 
 void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
-                          float *layer_out) {
+                          float *layer_out, int layer_out_T) {
     const size_t H = p->layers[0]->hidden_size, ple_stride = rlxc_pipeline_ple_stride(p);
     size_t ple_off = 0, t0, t1;
     rlxc_team_share(tm, (size_t)T, 1, &t0, &t1);
@@ -600,7 +569,7 @@ void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const
         layer_forward(p, tm, i, x, ple ? ple + ple_off : NULL, ple_stride, T, pos0);
         ple_off += p->layers[i]->ple_dim;
         if (layer_out)
-            memcpy(layer_out + ((size_t)i * T + t0) * H, x + t0 * H, (t1 - t0) * H * sizeof(float));
+            memcpy(layer_out + ((size_t)i * layer_out_T + t0) * H, x + t0 * H, (t1 - t0) * H * sizeof(float));
     }
 }
 
@@ -610,22 +579,33 @@ typedef struct {
     const float *ple;
     int T, pos0;
     float *layer_out;
+    int layer_out_T;
 } run_args;
 
 static void run_team(const rlxc_team *tm, void *arg) {
     const run_args *r = arg;
-    rlxc_pipeline_layers(r->p, tm, r->x, r->ple, r->T, r->pos0, r->layer_out);
+    rlxc_pipeline_layers(r->p, tm, r->x, r->ple, r->T, r->pos0, r->layer_out, r->layer_out_T);
 }
 
-static int run(rlxc_pipeline *p, const float *x, const float *ple, int T, int pos0, float *out, float *layer_out,
-               char *err) {
-    if (rlxc_pipeline_begin(p, T, 0, p->n_threads, err)) return -1;
-    const size_t ple_stride = rlxc_pipeline_ple_stride(p);
+/* T tokens at positions n_past.. in passes of at most ubatch, each appended to the cache before
+ * the next; a failed pass leaves n_past as it was. */
+static int run(rlxc_pipeline *p, const float *x, const float *ple, int T, float *out, float *layer_out, char *err) {
+    const size_t H = p->layers[0]->hidden_size, ple_stride = rlxc_pipeline_ple_stride(p);
     if (ple_stride > 0 && !ple) FAIL("layers have per-layer inputs (ple_dim > 0): pass ple of %zu floats per token", ple_stride);
-    if (out != x) memmove(out, x, (size_t)T * p->layers[0]->hidden_size * sizeof(float));
-    run_args r = {p, out, ple, T, pos0, layer_out};
-    rlxc_team_run(p->n_threads, run_team, &r);
-    return rlxc_taps_failed(p, err);
+    const int n0 = p->n_past;
+    for (int t = 0; t < T; t += p->ubatch) {
+        const int n = T - t < p->ubatch ? T - t : p->ubatch;
+        if (rlxc_pipeline_begin(p, n, 0, p->n_threads, err)) break;
+        if (out != x) memmove(out + t * H, x + t * H, (size_t)n * H * sizeof(float));
+        run_args r = {p, out + t * H, ple ? ple + t * ple_stride : NULL, n, p->n_past,
+                      layer_out ? layer_out + t * H : NULL, T};
+        rlxc_team_run(p->n_threads, run_team, &r);
+        if (rlxc_taps_failed(p, err)) break;
+        p->n_past += n;
+    }
+    if (p->n_past == n0 + T) return 0;
+    p->n_past = n0;
+    return -1;
 }
 
 int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, int T, float *out, float *layer_out,
@@ -633,16 +613,17 @@ int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, in
     if (T <= 0) FAIL("prefill needs at least one token, got T=%d", T);
     if (p->n_past + T > p->max_seq)
         FAIL("prefill of %d tokens at position %d would exceed max_seq=%d", T, p->n_past, p->max_seq);
-    if (run(p, x, ple, T, p->n_past, out, layer_out, err)) return -1;
-    p->n_past += T;
-    return 0;
+    return run(p, x, ple, T, out, layer_out, err);
 }
 
 int rlxc_pipeline_decode(rlxc_pipeline *p, const float *x, const float *ple, int pos, float *out, float *layer_out,
                          char *err) {
     if (pos < 0 || pos >= p->max_seq) FAIL("pos must be in [0, max_seq=%d), got %d", p->max_seq, pos);
     if (pos > p->n_past) FAIL("pos (%d) is past the %d cached tokens: positions must be filled in order", pos, p->n_past);
-    if (run(p, x, ple, 1, pos, out, layer_out, err)) return -1;
-    p->n_past = pos + 1;
-    return 0;
+    if (rlxc_kv_check_rewind(p, pos, err)) return -1;
+    const int n_past = p->n_past;
+    p->n_past = pos;
+    if (!run(p, x, ple, 1, out, layer_out, err)) return 0;
+    p->n_past = n_past;
+    return -1;
 }

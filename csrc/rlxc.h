@@ -202,10 +202,32 @@ int rlxc_pipeline_threads(const rlxc_pipeline *p);
 void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act); /* RLXC_ACT_Q8 at creation */
 rlxc_act rlxc_pipeline_act(const rlxc_pipeline *p);
 
-/* Layer i's K/V cache: *k, *v [*heads][max_seq][*dim]; a layer that reads another's K/V gets that
- * layer's. Returns the index of the layer that owns the cache. Valid until a reset that re-sizes. */
-int rlxc_pipeline_kv(const rlxc_pipeline *p, int i, float **k, float **v, int *heads, int *dim);
-/* Whether the next reset re-allocates some cache (a layer's K/V shape or sharing changed). */
+/* KV storage, for the caches allocated at the next reset (and at creation): type RLXC_F32
+ * (exact, the default) or RLXC_F16; ring (default on): a windowed layer keeps only its last
+ * W - 1 + ubatch positions where that takes less memory than max_seq positions (kvcache.c);
+ * ubatch (default 512): the most tokens a call runs at once (a longer prefill runs in passes). */
+int rlxc_pipeline_set_kv(rlxc_pipeline *p, rlxc_wtype type, int ring, int ubatch, char *err);
+void rlxc_pipeline_get_kv(const rlxc_pipeline *p, rlxc_wtype *type, int *ring, int *ubatch);
+/* Bytes the KV caches take (virtual: pages are touched as positions fill) under the current
+ * layers and settings. */
+size_t rlxc_pipeline_kv_bytes(const rlxc_pipeline *p);
+
+/* Where a layer's cached K/V are: k, v [heads][rows][dim] of type (f32 or f16); positions
+ * n_past - n .. n_past - 1 are rows first .. first + n - 1 of every head (a full cache: every
+ * position; a windowed layer's ring: its last sliding_window, all that later tokens see). */
+typedef struct {
+    void *k, *v;
+    rlxc_wtype type;
+    int heads, dim, rows, first, n;
+} rlxc_kv_view;
+/* Layer i's view (a layer that reads another's K/V gets that layer's); returns the index of the
+ * layer that owns the cache. Valid until a reset that re-allocates (rlxc_pipeline_kv_reshaped).
+ * Rows may be edited: each call copies the kept rows of a ring to their mirror until
+ * rlxc_pipeline_kv_released says the caller holds no views any more. */
+int rlxc_pipeline_kv(rlxc_pipeline *p, int i, rlxc_kv_view *out);
+void rlxc_pipeline_kv_released(rlxc_pipeline *p);
+/* Whether the next reset re-allocates some cache (a layer's K/V shape, sharing or window, or the
+ * KV settings changed). */
 int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p);
 /* Declare the first n positions of the cache valid (0 <= n <= max_seq), e.g. after writing K/V
  * saved from another run; -1 otherwise. */

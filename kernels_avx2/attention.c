@@ -1,39 +1,58 @@
 /* AVX2 single-head attention in three passes over the scratch row: scores, exp and sum,
- * then the weighted sum of values. Exact softmax (no running rescale). */
+ * then the weighted sum of values. Exact softmax (no running rescale). One body serves the f32
+ * and the f16 KV cache: ATTN_LOAD8 / ATTN_LOAD1 turn 8 / 1 elements of a row into floats. */
 #include <sleef.h>
 
 #include "avx2.h"
 
-RLXC_INLINE float dot(const float *a, const float *b, int n) {
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    float s = rlxc_hsum256(acc);
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+#define LOAD8_F32(p) _mm256_loadu_ps(p)
+#define LOAD1_F32(x) (x)
+#define LOAD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define LOAD1_F16(x) rlxc_fp16_to_f32(x)
 
-/* out[0..n) += p[0] * v[0][..] + ... + p[3] * v[3][..]: four keys per pass over out. */
-RLXC_INLINE void axpy4(float *out, const float *p, const float *v, int n) {
-    const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]);
-    const __m256 p2 = _mm256_set1_ps(p[2]), p3 = _mm256_set1_ps(p[3]);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 o = _mm256_loadu_ps(out + i);
-        o = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v + i), o);
-        o = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v + n + i), o);
-        o = _mm256_fmadd_ps(p2, _mm256_loadu_ps(v + 2 * (size_t)n + i), o);
-        o = _mm256_fmadd_ps(p3, _mm256_loadu_ps(v + 3 * (size_t)n + i), o);
-        _mm256_storeu_ps(out + i, o);
+#define DEFINE_ATTN_HEAD_AVX2(name, T, LOAD8, LOAD1)                                                               \
+    RLXC_INLINE float name##_dot(const float *a, const T *b, int n) {                                              \
+        __m256 acc = _mm256_setzero_ps();                                                                          \
+        int i = 0;                                                                                                 \
+        for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOAD8(b + i), acc);               \
+        float s = rlxc_hsum256(acc);                                                                               \
+        for (; i < n; i++) s += a[i] * LOAD1(b[i]);                                                                \
+        return s;                                                                                                  \
+    }                                                                                                              \
+    /* out[0..n) += p[0] * v[0][..] + ... + p[3] * v[3][..]: four keys per pass over out. */                      \
+    RLXC_INLINE void name##_axpy4(float *out, const float *p, const T *v, int n) {                                 \
+        const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]);                                        \
+        const __m256 p2 = _mm256_set1_ps(p[2]), p3 = _mm256_set1_ps(p[3]);                                        \
+        int i = 0;                                                                                                 \
+        for (; i + 8 <= n; i += 8) {                                                                               \
+            __m256 o = _mm256_loadu_ps(out + i);                                                                   \
+            o = _mm256_fmadd_ps(p0, LOAD8(v + i), o);                                                              \
+            o = _mm256_fmadd_ps(p1, LOAD8(v + n + i), o);                                                          \
+            o = _mm256_fmadd_ps(p2, LOAD8(v + 2 * (size_t)n + i), o);                                              \
+            o = _mm256_fmadd_ps(p3, LOAD8(v + 3 * (size_t)n + i), o);                                              \
+            _mm256_storeu_ps(out + i, o);                                                                          \
+        }                                                                                                          \
+        for (; i < n; i++)                                                                                         \
+            out[i] += p[0] * LOAD1(v[i]) + p[1] * LOAD1(v[n + i]) + p[2] * LOAD1(v[2 * (size_t)n + i]) +            \
+                      p[3] * LOAD1(v[3 * (size_t)n + i]);                                                          \
+    }                                                                                                              \
+    void name(float *out, const float *q, const T *k, const T *v, int head_dim, int n_keys, float scale,           \
+              float softcap, float *s) {                                                                           \
+        for (int j = 0; j < n_keys; j++) s[j] = scale * name##_dot(q, k + (size_t)j * head_dim, head_dim);        \
+        if (softcap > 0.0f) rlxc_softcap_avx2(s, softcap, n_keys);                                                 \
+        const float inv = 1.0f / softmax_unnormalized(s, n_keys);                                                  \
+        for (int i = 0; i < head_dim; i++) out[i] = 0.0f;                                                          \
+        int j = 0;                                                                                                 \
+        for (; j + 4 <= n_keys; j += 4) name##_axpy4(out, s + j, v + (size_t)j * head_dim, head_dim);             \
+        for (; j < n_keys; j++) {                                                                                  \
+            const T *vj = v + (size_t)j * head_dim;                                                                \
+            for (int i = 0; i < head_dim; i++) out[i] += s[j] * LOAD1(vj[i]);                                      \
+        }                                                                                                          \
+        rlxc_scale_avx2(out, inv, head_dim);                                                                       \
     }
-    for (; i < n; i++) out[i] += p[0] * v[i] + p[1] * v[n + i] + p[2] * v[2 * (size_t)n + i] + p[3] * v[3 * (size_t)n + i];
-}
 
-void rlxc_attn_head_avx2(float *out, const float *q, const float *k, const float *v, int head_dim,
-                         int n_keys, float scale, float softcap, float *s) {
-    for (int j = 0; j < n_keys; j++) s[j] = scale * dot(q, k + (size_t)j * head_dim, head_dim);
-    if (softcap > 0.0f) rlxc_softcap_avx2(s, softcap, n_keys);
-
+/* s[j] = exp(s[j] - max s); returns their sum. */
+static float softmax_unnormalized(float *s, int n_keys) {
     __m256 mv = _mm256_set1_ps(-INFINITY);
     int j = 0;
     for (; j + 8 <= n_keys; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
@@ -55,13 +74,8 @@ void rlxc_attn_head_avx2(float *out, const float *q, const float *k, const float
         sum = _mm256_add_ps(sum, e);
         for (int i = 0; j + i < n_keys; i++) s[j + i] = buf[i];
     }
-    const float inv = 1.0f / rlxc_hsum256(sum);
-
-    for (int i = 0; i < head_dim; i++) out[i] = 0.0f;
-    for (j = 0; j + 4 <= n_keys; j += 4) axpy4(out, s + j, v + (size_t)j * head_dim, head_dim);
-    for (; j < n_keys; j++) {
-        const float *vj = v + (size_t)j * head_dim;
-        for (int i = 0; i < head_dim; i++) out[i] += s[j] * vj[i];
-    }
-    rlxc_scale_avx2(out, inv, head_dim);
+    return rlxc_hsum256(sum);
 }
+
+DEFINE_ATTN_HEAD_AVX2(rlxc_attn_head_avx2, float, LOAD8_F32, LOAD1_F32)
+DEFINE_ATTN_HEAD_AVX2(rlxc_attn_head_f16_avx2, rlxc_fp16, LOAD8_F16, LOAD1_F16)

@@ -575,37 +575,54 @@ static void test_rope(result *r, const rlxc_kernels *k) {
 
 /* ---- attention ---- */
 
+/* r[0]: attn_head on f32 rows; r[1]: attn_head_f16 on the same rows rounded to f16, against the
+ * scalar f16 kernel, which must equal the scalar f32 kernel on the rounded values bit for bit. */
 static void test_attention(result *r, const rlxc_kernels *k) {
     static const int hds[] = {1, 7, 8, 33, 64, 80, 128, 256};
     static const int nks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 100, 300};
-    r->name = "attn_head";
+    r[0].name = "attn_head";
+    r[1].name = "attn_head_f16";
     for (int a = 0; a < LEN(hds); a++)
         for (int b = 0; b < LEN(nks); b++)
             for (int cap = 0; cap < 2; cap++) {
                 const int hd = hds[a], nk = nks[b];
+                const size_t n = (size_t)nk * hd;
                 const float softcap = cap ? 5.0f : 0.0f, scale = 3.0f / sqrtf((float)hd);
-                float *q = xmalloc(hd * sizeof(float)), *kk = xmalloc((size_t)nk * hd * sizeof(float));
-                float *v = xmalloc((size_t)nk * hd * sizeof(float));
+                float *q = xmalloc(hd * sizeof(float)), *kk = xmalloc(n * sizeof(float)), *v = xmalloc(n * sizeof(float));
+                rlxc_fp16 *k16 = xmalloc(n * sizeof(rlxc_fp16)), *v16 = xmalloc(n * sizeof(rlxc_fp16));
                 float *sref = xmalloc(nk * sizeof(float)), *sgot = xmalloc(nk * sizeof(float));
                 float *ref = guarded(hd), *got = guarded(hd), *sc = xmalloc(hd * sizeof(float));
                 fill(q, hd, -1, 1);
-                fill(kk, nk * hd, -1, 1);
-                fill(v, nk * hd, -2, 2);
-                rlxc_kernels_scalar.attn_head(ref, q, kk, v, hd, nk, scale, softcap, sref);
-                k->attn_head(got, q, kk, v, hd, nk, scale, softcap, sgot);
-                double sum = 0;
-                for (int j = 0; j < nk; j++) sum += sref[j]; /* the reference leaves exp(s - max) there */
-                for (int d = 0; d < hd; d++) {
-                    double s = 0;
-                    for (int j = 0; j < nk; j++) s += sref[j] / sum * fabsf(v[(size_t)j * hd + d]);
-                    sc[d] = (float)s;
+                fill(kk, (int)n, -1, 1);
+                fill(v, (int)n, -2, 2);
+                for (int half = 0; half < 2; half++) {
+                    if (half) { /* the same rows rounded to f16 */
+                        for (size_t i = 0; i < n; i++) {
+                            k16[i] = rlxc_f32_to_fp16(kk[i]), kk[i] = rlxc_fp16_to_f32(k16[i]);
+                            v16[i] = rlxc_f32_to_fp16(v[i]), v[i] = rlxc_fp16_to_f32(v16[i]);
+                        }
+                        rlxc_kernels_scalar.attn_head(sc, q, kk, v, hd, nk, scale, softcap, sref);
+                        rlxc_kernels_scalar.attn_head_f16(ref, q, k16, v16, hd, nk, scale, softcap, sref);
+                        if (memcmp(sc, ref, hd * sizeof(float))) fail(&r[1], "scalar f16 != scalar f32 on the rounded rows, hd %d nk %d", hd, nk);
+                        k->attn_head_f16(got, q, k16, v16, hd, nk, scale, softcap, sgot);
+                    } else {
+                        rlxc_kernels_scalar.attn_head(ref, q, kk, v, hd, nk, scale, softcap, sref);
+                        k->attn_head(got, q, kk, v, hd, nk, scale, softcap, sgot);
+                    }
+                    double sum = 0;
+                    for (int j = 0; j < nk; j++) sum += sref[j]; /* the reference leaves exp(s - max) there */
+                    for (int d = 0; d < hd; d++) {
+                        double s = 0;
+                        for (int j = 0; j < nk; j++) s += sref[j] / sum * fabsf(v[(size_t)j * hd + d]);
+                        sc[d] = (float)s;
+                    }
+                    r[half].cases++;
+                    compare(&r[half], got, ref, sc, hd, hd, nk, cap);
+                    check_guards(&r[half], got, hd, hd, nk, cap);
                 }
-                r->cases++;
-                compare(r, got, ref, sc, hd, hd, nk, cap);
-                check_guards(r, got, hd, hd, nk, cap);
                 free_guarded(ref);
                 free_guarded(got);
-                free(q), free(kk), free(v), free(sref), free(sgot), free(sc);
+                free(q), free(kk), free(v), free(k16), free(v16), free(sref), free(sgot), free(sc);
             }
 }
 
@@ -798,7 +815,7 @@ static int run_big(const char *isa) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 16)
+#define N_RESULTS (2 * N_WKINDS + 17)
 
 static int run_isa(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
@@ -815,7 +832,7 @@ static int run_isa(const char *isa) {
     test_x16(r++, k, W_Q8_0);
     test_norms(r, k), r += 2;
     test_rope(r++, k);
-    test_attention(r++, k);
+    test_attention(r, k), r += 2;
     test_elementwise(r, k);
     return report(k, res, N_RESULTS);
 }

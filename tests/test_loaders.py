@@ -54,7 +54,7 @@ def test_hf_folder_matches_from_hf(arch, tmp_path):
     assert any(f.endswith(".safetensors") for f in os.listdir(tmp_path))
     x = ids()
     for wtype in ("q4_0", "f32"):
-        got = rlxc.load(tmp_path, weights=wtype)
+        got = rlxc.load(tmp_path, weights=wtype, kv_type="f32")  # (load's default for q4_0 is f16 K/V)
         ref = rlxc.from_hf(hf, weights=wtype)
         assert got.tokenizer is None  # the tiny folders have no tokenizer files
         assert [l.fields() for l in got.layers] == [l.fields() for l in ref.layers]
@@ -68,14 +68,21 @@ def test_hf_folder_bf16_sharded(tmp_path):
     files = os.listdir(tmp_path)
     assert "model.safetensors.index.json" in files and sum(f.endswith(".safetensors") for f in files) > 2
     ref = rlxc.from_hf(hf.float(), weights="q8_0")
-    got = rlxc.load(tmp_path, weights="q8_0")
+    got = rlxc.load(tmp_path, weights="q8_0", kv_type="f32")
     np.testing.assert_array_equal(got.forward(ids()), ref.forward(ids()))
+
+
+def hf_config_context(folder) -> int:
+    import json
+    with open(os.path.join(folder, "config.json")) as f:
+        return int(json.load(f)["max_position_embeddings"])
 
 
 def test_hf_folder_default_is_q4_0_and_progress(tmp_path, capsys):
     P.build("llama").save_pretrained(tmp_path)
     m = rlxc.load(tmp_path)
     assert m.weights == "q4_0" and m.layers[0].weight_type("q_proj") == "q4_0"
+    assert m.kv_type == "f16" and m.max_seq == hf_config_context(tmp_path)  # quantized, q8: f16 K/V, its own context
     assert m.layers[0].weight_type("attn_norm") == "f32"
 
 
@@ -138,7 +145,7 @@ def saved(arch: str, tmp_path, wtype: str = "q8_0", **kw):
 @pytest.mark.parametrize("arch", list(SAVE_ARCHS))
 def test_save_load_round_trip(arch, tmp_path):
     hf, model, path = saved(arch, tmp_path)
-    back = rlxc.load(path)
+    back = rlxc.load(path, kv_type=model.kv_type)
     assert back.arch == loaders.read_gguf(path).metadata["general.architecture"]
     for a, b in zip(model.layers, back.layers):
         for s in a.used_weights():

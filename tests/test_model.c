@@ -7,6 +7,9 @@
  *   - a rewind (decode at pos < n_past) reproduces the first run's logits exactly;
  *   - bad calls (ids outside the vocabulary, positions past the cache, too many tokens) fail
  *     with a message and leave the cache as it was;
+ *   - KV caches: windowed layers in rings (passes of 4 tokens) give the logits of full caches bit
+ *     for bit, rewinds included; f16 K/V within 2e-3 of the largest logit; a rewind past a ring
+ *     fails and keeps the cache;
  *   - taps (rlxc_pipeline_set_taps): one call per tapped stage with its T, positions and width,
  *     the same values on 1 and 3 threads, nothing changed by a tap that only reads (attn_probs,
  *     computed apart, within 1e-5), a tap adding a vector equal to the steer_resid_post slot bit
@@ -182,6 +185,38 @@ static void test_isa(const char *isa, rlxc_model *m, const int32_t *ids) {
     free(got);
 }
 
+/* Rings against full caches (same passes of 4 tokens), f16 against f32, rewinds. */
+static void test_kv(const char *isa, rlxc_model *m, const int32_t *ids) {
+    char err[RLXC_ERRLEN];
+    rlxc_pipeline *p = rlxc_model_pipeline(m);
+    const size_t n = (size_t)(T_PROMPT + T_DECODE) * V;
+    float *full = malloc(n * sizeof(float)), *ring = malloc(n * sizeof(float)), *half = malloc(n * sizeof(float));
+    float a[V], b[V];
+    rlxc_pipeline_set_act(p, RLXC_ACT_Q8);
+    rlxc_pipeline_set_threads(p, max_threads < 3 ? max_threads : 3);
+    /* window 5, passes of 4: rings of 8 cells + 4 mirrors < MAX_SEQ */
+    int ok = !rlxc_pipeline_set_kv(p, RLXC_F32, 0, 4, err) && !run(m, ids, full, err);
+    ok = ok && !rlxc_model_decode(m, ids[3], T_PROMPT + T_DECODE - 4, a, err);
+    ok = ok && !rlxc_pipeline_set_kv(p, RLXC_F32, 1, 4, err) && !run(m, ids, ring, err);
+    ok = ok && rlxc_pipeline_kv_bytes(p) < (size_t)NL * 2 * 2 * MAX_SEQ * 24 * sizeof(float);
+    ok = ok && !rlxc_model_decode(m, ids[3], T_PROMPT + T_DECODE - 4, b, err);
+    ok = ok && !memcmp(full, ring, n * sizeof(float)) && !memcmp(a, b, sizeof a);
+    if (!ok) printf("  rings: %s\n", err);
+    check(ok, isa, "rings give the full caches' logits bit for bit (prefill in passes, decode, rewind)");
+    ok = !run(m, ids, ring, err) && rlxc_model_decode(m, ids[0], 2, a, err) && strstr(err, "rewind at most 4 tokens");
+    ok = ok && rlxc_pipeline_n_past(p) == T_PROMPT + T_DECODE;
+    check(ok, isa, "a rewind past a ring fails and keeps the cache");
+    rlxc_pipeline_set_act(p, RLXC_ACT_F32); /* 8-bit activations would magnify the f16 rounding */
+    ok = !rlxc_pipeline_set_kv(p, RLXC_F32, 1, 4, err) && !run(m, ids, full, err);
+    ok = ok && !rlxc_pipeline_set_kv(p, RLXC_F16, 1, 4, err) && !run(m, ids, half, err);
+    const float d = max_diff(full, half, n), tol = 2e-3f * max_abs(full, n); /* measured 2.9e-4 */
+    if (!ok || d > tol) printf("  f16: %s, %g > %g\n", err, d, tol);
+    check(ok && d <= tol, isa, "f16 K/V within 2e-3 of the largest logit (f32 activations)");
+    rlxc_pipeline_set_kv(p, RLXC_F32, 1, 512, err);
+    rlxc_pipeline_reset(p, err);
+    free(full), free(ring), free(half);
+}
+
 typedef struct {
     int calls, fail_at;        /* fail_at: the call that returns 1 (0: none) */
     double sum;                /* of every value seen */
@@ -339,6 +374,7 @@ int main(int argc, char **argv) {
         if (!rlxc_kernels_available(isas[i]) || rlxc_kernels_select(isas[i], err, sizeof err)) continue;
         test_isa(isas[i], m, ids);
         test_taps(isas[i], m, ids);
+        test_kv(isas[i], m, ids);
         test_weight_rows(isas[i]);
     }
     rlxc_model_free(m);

@@ -111,6 +111,8 @@ int pipeline_enter(PipelineObject *self) {
         Py_END_ALLOW_THREADS
     }
     self->lock_pid = pid;
+    /* the last kv_cache view is gone: what was written through views is copied to ring mirrors once */
+    if (!self->kv_views) rlxc_pipeline_kv_released(self->p);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->layers); i++) {
         LayerObject *l = (LayerObject *)PyTuple_GET_ITEM(self->layers, i);
         layer_forget_parent_runs(l);
@@ -279,12 +281,13 @@ static void kv_view_release(PyObject *capsule) {
     Py_DECREF(self);
 }
 
-static PyObject *kv_view(PipelineObject *self, float *data, int heads, int n, int dim) {
-    npy_intp dims[3] = {heads, n, dim};
-    npy_intp strides[3] = {(npy_intp)rlxc_pipeline_max_seq(self->p) * dim * sizeof(float), dim * sizeof(float),
-                           sizeof(float)};
-    PyObject *a = PyArray_New(&PyArray_Type, 3, dims, NPY_FLOAT32, strides, data, 0, NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED,
-                              NULL);
+static PyObject *kv_view(PipelineObject *self, const rlxc_kv_view *kv, void *base) {
+    const size_t elem = kv->type == RLXC_F16 ? 2 : 4;
+    npy_intp dims[3] = {kv->heads, kv->n, kv->dim};
+    npy_intp strides[3] = {(npy_intp)((size_t)kv->rows * kv->dim * elem), (npy_intp)(kv->dim * elem), (npy_intp)elem};
+    char *data = (char *)base + (size_t)kv->first * kv->dim * elem;
+    PyObject *a = PyArray_New(&PyArray_Type, 3, dims, kv->type == RLXC_F16 ? NPY_FLOAT16 : NPY_FLOAT32, strides, data,
+                              0, NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED, NULL);
     PyObject *cap = a ? PyCapsule_New(data, "rlxc.kv_cache", kv_view_release) : NULL;
     if (!cap || PyCapsule_SetContext(cap, self)) {
         Py_XDECREF(cap);
@@ -304,19 +307,17 @@ static PyObject *Pipeline_kv_cache(PyObject *o, PyObject *arg) {
     PipelineObject *self = (PipelineObject *)o;
     int i;
     if (!pipeline_ready(self) || int_arg(arg, "layer", 0, PyTuple_GET_SIZE(self->layers) - 1, &i)) return NULL;
-    float *k, *v;
-    int heads, dim;
+    rlxc_kv_view kv;
     if (pipeline_enter(self)) return NULL;
-    rlxc_pipeline_kv(self->p, i, &k, &v, &heads, &dim);
+    rlxc_pipeline_kv(self->p, i, &kv);
     const rlxc_layer *l = &((LayerObject *)PyTuple_GET_ITEM(self->layers, i))->layer;
-    const int n = rlxc_pipeline_n_past(self->p);
     pipeline_leave(self);
-    if (!k || heads != l->num_kv_heads || dim != l->head_dim) {
+    if (!kv.k || kv.heads != l->num_kv_heads || kv.dim != l->head_dim) {
         PyErr_Format(PyExc_RuntimeError, "layer %d's K/V shape or sharing changed since its cache was allocated: "
                      "call reset()", i);
         return NULL;
     }
-    PyObject *ka = kv_view(self, k, heads, n, dim), *va = ka ? kv_view(self, v, heads, n, dim) : NULL;
+    PyObject *ka = kv_view(self, &kv, kv.k), *va = ka ? kv_view(self, &kv, kv.v) : NULL;
     if (!va) {
         Py_XDECREF(ka);
         return NULL;
@@ -404,7 +405,72 @@ static PyMethodDef Pipeline_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* closure: 0 kv_type, 1 kv_ring, 2 ubatch */
+static PyObject *Pipeline_kv_setting(PyObject *o, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!pipeline_ready(self)) return NULL;
+    rlxc_wtype t;
+    int ring, ubatch;
+    rlxc_pipeline_get_kv(self->p, &t, &ring, &ubatch);
+    switch ((int)(intptr_t)c) {
+    case 0: return PyUnicode_FromString(rlxc_wtype_name(t));
+    case 1: return PyBool_FromLong(ring);
+    default: return PyLong_FromLong(ubatch);
+    }
+}
+
+static int Pipeline_set_kv_setting(PyObject *o, PyObject *v, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!pipeline_ready(self)) return -1;
+    if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete a KV setting"); return -1; }
+    rlxc_wtype t;
+    int ring, ubatch;
+    rlxc_pipeline_get_kv(self->p, &t, &ring, &ubatch);
+    const int which = (int)(intptr_t)c;
+    if (which == 0) {
+        const char *s = str_arg(v, "kv_type");
+        if (!s) return -1;
+        const int wt = rlxc_wtype_from_name(s);
+        if (wt != RLXC_F32 && wt != RLXC_F16) {
+            PyErr_Format(PyExc_ValueError, "kv_type must be 'f32' or 'f16', got '%s'", s);
+            return -1;
+        }
+        t = (rlxc_wtype)wt;
+    } else if (which == 1) {
+        const int b = PyObject_IsTrue(v);
+        if (b < 0) return -1;
+        ring = b;
+    } else if (int_arg(v, "ubatch", 1, 1 << 20, &ubatch)) {
+        return -1;
+    }
+    char err[RLXC_ERRLEN];
+    if (pipeline_enter(self)) return -1;
+    const int rc = rlxc_pipeline_set_kv(self->p, t, ring, ubatch, err);
+    pipeline_leave(self);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Pipeline_kv_bytes(PyObject *o, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    return pipeline_ready(self) ? PyLong_FromSize_t(rlxc_pipeline_kv_bytes(self->p)) : NULL;
+}
+
 static PyGetSetDef Pipeline_getset[] = {
+    {"kv_type", Pipeline_kv_setting, Pipeline_set_kv_setting,
+     "How the KV cache stores K and V: 'f32' (exact, the default) or 'f16'. Takes effect at the next reset().",
+     (void *)0},
+    {"kv_ring", Pipeline_kv_setting, Pipeline_set_kv_setting,
+     "Windowed layers keep only their last sliding_window - 1 + ubatch positions (a ring) where that takes less "
+     "memory than max_seq positions (default True). Takes effect at the next reset().", (void *)1},
+    {"ubatch", Pipeline_kv_setting, Pipeline_set_kv_setting,
+     "The most tokens one pass runs (default 512): a longer prefill runs in passes. Sizes the rings; takes effect "
+     "at the next reset().", (void *)2},
+    {"kv_bytes", Pipeline_kv_bytes, NULL,
+     "Bytes the KV caches take under the current settings (virtual: pages fill as positions do).", NULL},
     {"n_past", Pipeline_n_past, NULL, "Tokens in the KV cache.", NULL},
     {"max_seq", Pipeline_max_seq, NULL, "Capacity of the KV cache in tokens.", NULL},
     {"hidden_size", Pipeline_hidden_size, NULL, "Width of the residual stream.", NULL},

@@ -87,6 +87,8 @@ def _load(args: argparse.Namespace, path: str, weights: str | None, tokenizer: b
                               activations=getattr(args, "activations", "q8"))
     if getattr(args, "max_seq", None):
         kw["max_seq"] = args.max_seq
+    if getattr(args, "kv_type", None):
+        kw["kv_type"] = args.kv_type
     return rlxc.load(path, **kw)
 
 
@@ -239,6 +241,15 @@ def cmd_info(args: argparse.Namespace) -> int:
         "weight_types": sorted(engine_wtypes()),
         "packages": _optional_versions(),
     }
+    model = None
+    if args.model:
+        args.threads = None
+        model = _load(args, args.model, None, tokenizer=False)
+        kv = model.kv_memory()
+        data["model"] = {"name": model.name, "layers": len(model.layers), "hidden": model.hidden_size,
+                         "vocab": model.vocab_size, "max_seq": model.max_seq, "kv_type": model.kv_type,
+                         "kv_bytes_per_token": kv["per_token"], "kv_bytes_windowed": kv["windowed"],
+                         "kv_bytes_at_max_seq": kv["at_max_seq"]}
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -252,6 +263,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"weight types:    {', '.join(data['weight_types'])}")
     pk = data["packages"]
     print("packages:        " + ", ".join(f"{k} {v}" if v else f"{k} (not installed)" for k, v in pk.items()))
+    if model is not None:
+        m = data["model"]
+        print(f"model:           {model!r}")
+        print(f"KV cache ({m['kv_type']}): {m['kv_bytes_per_token'] / 1024:.1f} KiB per token"
+              + (f" + {m['kv_bytes_windowed'] / 1e6:.1f} MB for the windowed layers' rings" if m["kv_bytes_windowed"]
+                 else "") + f"; {m['kv_bytes_at_max_seq'] / 1e6:.1f} MB at max_seq={m['max_seq']}")
     return 0
 
 
@@ -480,7 +497,9 @@ def _parser() -> argparse.ArgumentParser:
     def convert(p: argparse.ArgumentParser) -> None:
         p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
                        help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
-        p.add_argument("--max-seq", type=int, default=None, help="KV-cache length")
+        p.add_argument("--max-seq", type=int, default=None, help="KV-cache length (default: the model's context)")
+        p.add_argument("--kv-type", choices=["f32", "f16"], default=None,
+                       help="KV-cache storage (default: f16 for quantized models with q8 activations, else f32)")
 
     def activations(p: argparse.ArgumentParser) -> None:
         p.add_argument("--activations", choices=["q8", "f32"], default="q8",
@@ -499,8 +518,12 @@ def _parser() -> argparse.ArgumentParser:
     threads(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("info", parents=[common], help="version, CPU features, kernel ISA, default threads")
+    p = sub.add_parser("info", parents=[common], help="version, CPU features, kernel ISA, default threads; with "
+                       "MODEL, its layers and KV-cache memory")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="a GGUF file or HF folder to describe")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--max-seq", type=int, default=None, help="KV-cache length (default: the model's context)")
+    p.add_argument("--kv-type", choices=["f32", "f16"], default=None, help="KV-cache storage")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("run", parents=[common], help="generate text from a prompt (streamed), then tokens/s",

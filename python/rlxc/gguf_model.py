@@ -259,7 +259,7 @@ def model_from_gguf(g: GGUFFile, weights: str | None = None, threads: int | None
         raise ValueError(f"weights must be None (as stored), 'f32', 'q4_0' or 'q8_0', got {weights!r}")
     ctx = kv.get("context_length", int, 4096) or 4096
     if max_seq is None:
-        max_seq = min(ctx, 4096)
+        max_seq = ctx
     supported = engine_wtypes()
     blk = arch.layer_tensors
     known = set(arch.model_tensors)

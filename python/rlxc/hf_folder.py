@@ -116,7 +116,7 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
     _check_layer_count(ck, prefix, L, cfg_path)
     hf.validate_config(config, cfg_path)
     if max_seq is None:
-        max_seq = int(min(config.max_position_embeddings or 4096, 4096))
+        max_seq = int(config.max_position_embeddings or 4096)
     hf.check_supported(config, max_seq, cfg_path)
 
     def layer_spec(i: int) -> tuple[dict[str, Any], dict[str, _F32]]:

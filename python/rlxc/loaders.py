@@ -24,6 +24,7 @@ rlxc cannot run raises ``NotImplementedError`` naming it.
 from __future__ import annotations
 
 import os
+import warnings
 
 from ._files import write_atomically
 from .archs import GGUF_ARCHS
@@ -45,7 +46,8 @@ __all__ = [
 
 
 def load(path: str | os.PathLike[str], weights: str | None = None, threads: int | None = None,
-         max_seq: int | None = None, tokenizer: bool = True, activations: str = "q8", mmap: bool = True) -> Model:
+         max_seq: int | None = None, tokenizer: bool = True, activations: str = "q8", mmap: bool = True,
+         kv_type: str | None = None) -> Model:
     """An :class:`rlxc.Model` from a GGUF file or a Hugging Face checkpoint folder.
 
     Args:
@@ -54,8 +56,12 @@ def load(path: str | os.PathLike[str], weights: str | None = None, threads: int 
             "q8_0" / "q4_0" / "f32" converts the layer matrices and the lm_head (copies).
             HF folder: the matrix format, default "q4_0" (matrices whose input width is not a
             multiple of 32, norms, biases and the embedding stay float32).
-        threads: engine threads (None: the engine default). max_seq: KV-cache length (default
-            ``min(context length, 4096)``). tokenizer: attach ``model.tokenizer``.
+        threads: engine threads (None: the engine default). max_seq: KV-cache length (default:
+            the model's own context length, lowered with a warning where its KV cache would
+            take more than half of this machine's memory; the cache's pages fill as the
+            sequence grows). tokenizer: attach ``model.tokenizer``.
+        kv_type: "f32" or "f16" (:attr:`rlxc.Model.kv_type`); default f16 for a model with
+            quantized matrices run with ``activations="q8"`` (as llama.cpp), else f32.
         activations: "q8" or "f32", how quantized matrices meet the activations
             (:attr:`rlxc.Model.activations`; settable later).
         mmap: GGUF: True (the default) memory-maps the file and the model reads its weights
@@ -77,9 +83,35 @@ def load(path: str | os.PathLike[str], weights: str | None = None, threads: int 
     """
     if activations not in ("q8", "f32"):
         raise ValueError(f"activations must be 'q8' or 'f32', got {activations!r}")
+    if kv_type not in (None, "f32", "f16"):
+        raise ValueError(f"kv_type must be 'f32', 'f16' or None, got {kv_type!r}")
     model = _load_path(os.fspath(path), weights, threads, max_seq, tokenizer, bool(mmap))
     model.activations = activations
+    if kv_type is None:
+        quantized = any(t not in ("f32", "f16", "bf16") for i in range(len(model.layers))
+                        for t in model._wtypes(i).values())
+        kv_type = "f16" if quantized and activations == "q8" else "f32"
+    model.kv_type = kv_type
+    if max_seq is None:
+        _fit_context(model)
     return model
+
+
+def _fit_context(model: Model) -> None:
+    """Lower model.max_seq (before its caches exist) to what half of the memory holds."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return
+    kv = model.kv_memory()
+    if kv["at_max_seq"] <= memory // 2 or not kv["per_token"]:
+        return
+    fit = max(1, (memory // 2 - kv["windowed"]) // kv["per_token"])
+    if fit < model.max_seq:
+        warnings.warn(f"rlxc.load: the model's context of {model.max_seq} tokens needs "
+                      f"{kv['at_max_seq'] / 1e9:.1f} GB of {model.kv_type} KV cache; using max_seq={fit} (half of "
+                      f"this machine's {memory / 1e9:.1f} GB). Pass max_seq= or kv_type= to choose.", stacklevel=3)
+        model.max_seq = int(fit)
 
 
 def _load_path(p: str, weights: str | None, threads: int | None, max_seq: int | None, tokenizer: bool,

@@ -138,7 +138,8 @@ class Model:
                  ple: Mapping[str, Any] | None = None, max_seq: int = 2048,
                  threads: int | None = None, activations: str = "q8", name: str = "rlxc.Model",
                  layer_wtypes: Sequence[Mapping[str, str]] | None = None, arch: str | None = None,
-                 tokenizer: Any = None, metadata: Mapping[str, Any] | None = None) -> None:
+                 tokenizer: Any = None, metadata: Mapping[str, Any] | None = None, kv_type: str = "f32",
+                 kv_ring: bool = True, ubatch: int = 512) -> None:
         """
         Args:
             layers: rlxc.Layer objects with weights set.
@@ -159,6 +160,8 @@ class Model:
             arch: the GGUF architecture name (used by :func:`rlxc.save`), e.g. "llama", "gemma3".
             tokenizer: an :class:`rlxc.tokenizer.Tokenizer` (or None). metadata: loader facts
                 (source path, GGUF keys, ...), kept as ``model.metadata``.
+            kv_type, kv_ring, ubatch: how the KV cache is kept (:attr:`kv_type`, :attr:`kv_ring`,
+                :attr:`ubatch`).
         """
         if weights not in _WTYPES:
             raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
@@ -220,6 +223,11 @@ class Model:
         self._activations: Literal["q8", "f32"] = "q8"
         self.activations = activations
         self._taps = interp.Taps(self)
+        if kv_type not in ("f32", "f16"):
+            raise ValueError(f"kv_type must be 'f32' or 'f16', got {kv_type!r}")
+        if not isinstance(ubatch, (int, np.integer)) or isinstance(ubatch, bool) or ubatch < 1:
+            raise ValueError(f"ubatch must be an int >= 1, got {ubatch!r}")
+        self._kv: dict[str, Any] = {"kv_type": kv_type, "kv_ring": bool(kv_ring), "ubatch": int(ubatch)}
 
     @property
     def activations(self) -> str:
@@ -280,8 +288,79 @@ class Model:
                 raise RuntimeError("model.layers was changed with tokens in the cache: call reset()")
             self._pipe = Pipeline(self.layers, self.max_seq, threads=self.threads)
             self._pipe.activations = self._activations
+            self._apply_kv(self._pipe)
             self._pipe_layers = ids
         return self._pipe
+
+    def _apply_kv(self, pipe: Pipeline) -> None:
+        for name, value in self._kv.items():
+            setattr(pipe, name, value)
+        pipe.reset()  # re-allocates the caches under the settings
+
+    def _set_kv(self, name: str, value: Any) -> None:
+        old = dict(self._kv)
+        self._kv[name] = value
+        if self._pipe is not None:
+            try:
+                self._apply_kv(self._pipe)
+            except Exception:
+                self._kv = old
+                self._apply_kv(self._pipe)
+                raise
+
+    @property
+    def kv_type(self) -> str:
+        """How the KV cache stores K and V: ``"f32"`` (exact) or ``"f16"`` (half the memory,
+        llama.cpp's default; ~1e-3 relative on the attention output). Setting it empties the cache."""
+        return cast(str, self._kv["kv_type"])
+
+    @kv_type.setter
+    def kv_type(self, value: str) -> None:
+        if value not in ("f32", "f16"):
+            raise ValueError(f"kv_type must be 'f32' or 'f16', got {value!r}")
+        self._set_kv("kv_type", value)
+
+    @property
+    def kv_ring(self) -> bool:
+        """Windowed layers keep only their last ``sliding_window - 1 + ubatch`` positions (a ring)
+        where that takes less memory than ``max_seq`` positions (default True); False keeps every
+        position.
+        A windowed layer can then rewind (decode at pos < n_past) at most ``ubatch`` tokens.
+        Setting it empties the cache."""
+        return cast(bool, self._kv["kv_ring"])
+
+    @kv_ring.setter
+    def kv_ring(self, value: bool) -> None:
+        self._set_kv("kv_ring", bool(value))
+
+    @property
+    def ubatch(self) -> int:
+        """The most tokens one pass of the engine runs (default 512): a longer prefill runs in
+        passes (hooks and caches see each pass). Setting it empties the cache."""
+        return cast(int, self._kv["ubatch"])
+
+    @ubatch.setter
+    def ubatch(self, value: int) -> None:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"ubatch must be an int >= 1, got {value!r}")
+        self._set_kv("ubatch", int(value))
+
+    def kv_memory(self) -> dict[str, int]:
+        """KV-cache bytes: ``per_token`` (each position of the layers that keep every position),
+        ``windowed`` (the rings of windowed layers, fixed), ``at_max_seq`` (everything at
+        ``max_seq`` tokens: what is reserved; pages fill as positions do)."""
+        elem = 2 if self.kv_type == "f16" else 4
+        per_token = windowed = 0
+        for l in self.layers:
+            if int(l.kv_shared_from) >= 0:
+                continue
+            row = 2 * int(l.num_kv_heads) * int(l.head_dim) * elem
+            W = int(l.sliding_window)
+            if self.kv_ring and W > 0 and 2 * W - 2 + self.ubatch < self.max_seq:
+                windowed += (2 * W - 2 + self.ubatch) * row  # cells W - 1 + ubatch, W - 1 of them mirrored
+            else:
+                per_token += row
+        return {"per_token": per_token, "windowed": windowed, "at_max_seq": per_token * self.max_seq + windowed}
 
     @property
     def n_past(self) -> int:
@@ -406,13 +485,14 @@ class Model:
         out = self.engine.prefill(ids, logits=logits)
         return None if out is None else np.asarray(out)
 
-    def decode(self, token_id: int) -> np.ndarray:
-        """One token at position n_past; float32 [vocab] logits."""
+    def decode(self, token_id: int, pos: int | None = None) -> np.ndarray:
+        """One token at position ``pos`` (default n_past; a smaller pos rewinds the cache to it,
+        within what windowed layers keep: see :attr:`kv_ring`); float32 [vocab] logits."""
         ids = token_ids([token_id], self.vocab_size, "the token id")
         if ids.size != 1:
             raise ValueError(f"decode takes one token id, got {ids.size}")
         engine = self.engine
-        return np.asarray(engine.decode(int(ids[0]), engine.pipeline.n_past))
+        return np.asarray(engine.decode(int(ids[0]), engine.pipeline.n_past if pos is None else pos))
 
     def forward(self, input_ids: Any) -> np.ndarray:
         """reset() then prefill(input_ids)."""
@@ -600,7 +680,9 @@ class Model:
         return (f"<rlxc.Model {self.name}: {len(self.layers)} layers, hidden {self.hidden_size}, "
                 f"vocab {self.vocab_size}, weights {self.weights}, lm_head {self.lm_head_type} ({head}), "
                 f"activations {self.activations}"
-                + (", " + ", ".join(extra) if extra else "") + f", n_past {self.n_past}>")
+                + (", " + ", ".join(extra) if extra else "")
+                + f", max_seq {self.max_seq} (KV {self.kv_type} {self.kv_memory()['at_max_seq'] / 1e6:.1f} MB)"
+                + f", n_past {self.n_past}>")
 
     def _repr_html_(self) -> str:
         cols = ["layer", "attention", "window", "head_dim", "q_heads", "kv_heads", "rope", "ffn", "ple", "weights",
