@@ -19,6 +19,20 @@
         for (; i < n; i++) s += a[i] * LOAD1(b[i]);                                                                \
         return s;                                                                                                  \
     }                                                                                                              \
+    /* s[0..4) = q . k_i for the 4 rows at k: four independent FMA chains, q loaded once per step. */             \
+    RLXC_INLINE void name##_dots4(float *s, const float *q, const T *k, int n) {                                   \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};     \
+        int i = 0;                                                                                                 \
+        for (; i + 8 <= n; i += 8) {                                                                               \
+            const __m256 qv = _mm256_loadu_ps(q + i);                                                              \
+            RLXC_UNROLL for (int r = 0; r < 4; r++)                                                                \
+                acc[r] = _mm256_fmadd_ps(qv, LOAD8(k + (size_t)r * n + i), acc[r]);                               \
+        }                                                                                                          \
+        for (int r = 0; r < 4; r++) {                                                                              \
+            s[r] = rlxc_hsum256(acc[r]);                                                                           \
+            for (int d = i; d < n; d++) s[r] += q[d] * LOAD1(k[(size_t)r * n + d]);                                \
+        }                                                                                                          \
+    }                                                                                                              \
     /* out[0..n) += p[0] * v[0][..] + ... + p[3] * v[3][..]: four keys per pass over out. */                      \
     RLXC_INLINE void name##_axpy4(float *out, const float *p, const T *v, int n) {                                 \
         const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]);                                        \
@@ -38,12 +52,16 @@
     }                                                                                                              \
     void name(float *out, const float *q, const T *k, const T *v, int head_dim, int n_keys, float scale,           \
               float softcap, float *s) {                                                                           \
-        for (int j = 0; j < n_keys; j++) s[j] = scale * name##_dot(q, k + (size_t)j * head_dim, head_dim);        \
+        int j = 0;                                                                                                 \
+        for (; j + 4 <= n_keys; j += 4) {                                                                          \
+            name##_dots4(s + j, q, k + (size_t)j * head_dim, head_dim);                                            \
+            RLXC_UNROLL for (int r = 0; r < 4; r++) s[j + r] *= scale;                                             \
+        }                                                                                                          \
+        for (; j < n_keys; j++) s[j] = scale * name##_dot(q, k + (size_t)j * head_dim, head_dim);                  \
         if (softcap > 0.0f) rlxc_softcap_avx2(s, softcap, n_keys);                                                 \
         const float inv = 1.0f / softmax_unnormalized(s, n_keys);                                                  \
         for (int i = 0; i < head_dim; i++) out[i] = 0.0f;                                                          \
-        int j = 0;                                                                                                 \
-        for (; j + 4 <= n_keys; j += 4) name##_axpy4(out, s + j, v + (size_t)j * head_dim, head_dim);             \
+        for (j = 0; j + 4 <= n_keys; j += 4) name##_axpy4(out, s + j, v + (size_t)j * head_dim, head_dim);             \
         for (; j < n_keys; j++) {                                                                                  \
             const T *vj = v + (size_t)j * head_dim;                                                                \
             for (int i = 0; i < head_dim; i++) out[i] += s[j] * LOAD1(vj[i]);                                      \
