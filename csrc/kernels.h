@@ -184,6 +184,13 @@ typedef struct rlxc_kernels {
     /* The same over a KV cache kept in f16 (the arithmetic of attn_head on the converted values). */
     void (*attn_head_f16)(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v, int head_dim,
                           int n_keys, float scale, float softcap, float *scratch);
+    /* n_heads query heads q[n_heads][head_dim] (a GQA group) against the same keys and values,
+     * each as attn_head would compute it, reading K and V once for all; scratch: n_heads * n_keys
+     * floats. */
+    void (*attn_group)(float *out, const float *q, const float *k, const float *v, int n_heads, int head_dim,
+                       int n_keys, float scale, float softcap, float *scratch);
+    void (*attn_group_f16)(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v, int n_heads,
+                           int head_dim, int n_keys, float scale, float softcap, float *scratch);
 
     void (*silu)(float *y, const float *x, int n);
     void (*gelu_tanh)(float *y, const float *x, int n);
@@ -231,6 +238,7 @@ typedef struct rlxc_kernels {
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
         .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
         .attn_head = rlxc_attn_head_##sops, .attn_head_f16 = rlxc_attn_head_f16_##sops,                   \
+        .attn_group = rlxc_attn_group_##sops, .attn_group_f16 = rlxc_attn_group_f16_##sops,               \
         .silu = rlxc_silu_##sops, .gelu_tanh = rlxc_gelu_tanh_##sops, \
         .mul = rlxc_mul_##sops, .add = rlxc_add_##sops, .scale = rlxc_scale_##sops,                       \
         .softcap = rlxc_softcap_##sops,                                                                   \
@@ -264,6 +272,11 @@ typedef struct rlxc_kernels {
                               int n_keys, float scale, float softcap, float *scratch);                         \
     void rlxc_attn_head_f16_##sfx(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v,          \
                                   int head_dim, int n_keys, float scale, float softcap, float *scratch);       \
+    void rlxc_attn_group_##sfx(float *out, const float *q, const float *k, const float *v, int n_heads,         \
+                               int head_dim, int n_keys, float scale, float softcap, float *scratch);          \
+    void rlxc_attn_group_f16_##sfx(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v,         \
+                                   int n_heads, int head_dim, int n_keys, float scale, float softcap,          \
+                                   float *scratch);                                                            \
     void rlxc_silu_##sfx(float *y, const float *x, int n);                                                     \
     void rlxc_gelu_tanh_##sfx(float *y, const float *x, int n);                                                \
     void rlxc_mul_##sfx(float *y, const float *a, const float *b, int n);                                      \
@@ -279,6 +292,16 @@ typedef struct rlxc_kernels {
 #define RLXC_DECLARE_KERNELS(sfx)                                                         \
     RLXC_DECLARE_F32(sfx) RLXC_DECLARE_Q(sfx) RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_HALF(sfx) \
     RLXC_DECLARE_XQ(sfx) RLXC_DECLARE_DQ(sfx) RLXC_DECLARE_FX(sfx) RLXC_DECLARE_OPS(sfx)
+
+/* attn_group as one attn_head per query head (where an ISA has nothing faster: the scalar
+ * twin, NEON). */
+#define RLXC_DEFINE_ATTN_GROUP_BY_HEAD(sfx, T, head)                                                          \
+    void rlxc_attn_group_##sfx(float *out, const float *q, const T *k, const T *v, int n_heads, int head_dim, \
+                               int n_keys, float scale, float softcap, float *scratch) {                      \
+        for (int g = 0; g < n_heads; g++)                                                                     \
+            head(out + (size_t)g * head_dim, q + (size_t)g * head_dim, k, v, head_dim, n_keys, scale, softcap,  \
+                 scratch);                                                                                    \
+    }
 
 /* Scalar reference kernels: always present, the oracle for every other ISA (kernels_ref.h
  * names them). */

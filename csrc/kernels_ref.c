@@ -215,6 +215,8 @@ void rlxc_rope_scalar(float *x, int n_heads, int head_dim, const float *cos, con
 #define LOAD_F32(x) (x)
 DEFINE_ATTN_HEAD_SCALAR(rlxc_attn_head_scalar, float, LOAD_F32)
 DEFINE_ATTN_HEAD_SCALAR(rlxc_attn_head_f16_scalar, rlxc_fp16, rlxc_fp16_to_f32)
+RLXC_DEFINE_ATTN_GROUP_BY_HEAD(scalar, float, rlxc_attn_head_scalar)
+RLXC_DEFINE_ATTN_GROUP_BY_HEAD(f16_scalar, rlxc_fp16, rlxc_attn_head_f16_scalar)
 
 /* ---- elementwise ---- */
 

@@ -184,10 +184,16 @@ static size_t widest_input(const rlxc_layer *l) {
     return most;
 }
 
-/* Each thread's attention scratch: scores of up to max_seq keys, or a K/V row as floats. */
+/* Each thread's attention scratch: scores of a GQA group over up to max_seq keys, or a K/V row
+ * as floats. */
 static size_t scores_floats(const rlxc_pipeline *p) {
-    size_t n = (size_t)p->max_seq;
-    for (int i = 0; i < p->n_layers; i++) n = (size_t)p->layers[i]->head_dim > n ? (size_t)p->layers[i]->head_dim : n;
+    size_t n = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        const rlxc_layer *l = p->layers[i];
+        const size_t scores = (size_t)p->max_seq * (size_t)(l->num_q_heads / l->num_kv_heads);
+        n = scores > n ? scores : n;
+        n = (size_t)l->head_dim > n ? (size_t)l->head_dim : n;
+    }
     return n;
 }
 
@@ -396,9 +402,10 @@ static void head_probs(float *pr, const float *q, const rlxc_kv_cache *c, int h,
     for (int j = 0; j < n; j++) pr[j] /= sum;
 }
 
-/* This thread's query items (token t, head h) over their visible keys: the last W of 0..pos. A
- * tapped attn_probs stage splits it in two: weights, the tap, then the weighted sum of V (weights
- * a tap puts outside the visible keys are not read). */
+/* Each query (token t, head h) over its visible keys: the last W of 0..pos. The heads of a GQA
+ * group read their K/V rows together (attn_group), a group split in parts where that gives every
+ * thread work. A tapped attn_probs stage goes head by head in two passes: weights, the tap, then
+ * the weighted sum of V (weights a tap puts outside the visible keys are not read). */
 static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_kv_cache *c, const bufs *b,
                       int T, int pos0) {
     const rlxc_kernels *kn = rlxc_kernels_active();
@@ -408,35 +415,48 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
     const float *head_scale = l->w[RLXC_W_HEAD_SCALE].data;
     float *scores = p->s.scores + (size_t)tm->ith * scores_floats(p);
     size_t a, e;
+    if (!probs) {
+        /* items: (token, kv head, part of its group), the group split until every thread has one */
+        int split = 1;
+        while ((size_t)T * l->num_kv_heads * split < (size_t)tm->nth && group % (2 * split) == 0) split *= 2;
+        const int gh = group / split;
+        rlxc_team_share(tm, (size_t)T * l->num_kv_heads * split, 1, &a, &e);
+        for (size_t it = a; it < e; it++) {
+            const int t = (int)(it / ((size_t)l->num_kv_heads * split)), kvh = (int)(it / split % l->num_kv_heads);
+            const int h0 = kvh * group + (int)(it % split) * gh, pos = pos0 + t;
+            const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, n = pos - start + 1;
+            const size_t row = rlxc_kv_row(c, start), qi = (size_t)t * nq + h0;
+            float *out = b->att + qi * hd;
+            if (c->type == RLXC_F16)
+                kn->attn_group_f16(out, b->q + qi * hd, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row),
+                                   gh, hd, n, l->attn_scale, l->attn_softcap, scores);
+            else
+                kn->attn_group(out, b->q + qi * hd, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row), gh,
+                               hd, n, l->attn_scale, l->attn_softcap, scores);
+            for (int g = 0; head_scale && g < gh; g++) kn->scale(out + (size_t)g * hd, head_scale[h0 + g], hd);
+        }
+        return;
+    }
     rlxc_team_share(tm, (size_t)T * nq, 1, &a, &e);
-    for (int pass = 0; pass < 1 + probs; pass++) {
+    for (int pass = 0; pass < 2; pass++) {
         for (size_t it = a; it < e; it++) {
             const int t = (int)(it / nq), h = (int)(it % nq), kvh = h / group, pos = pos0 + t;
             const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, n = pos - start + 1;
             const size_t row = rlxc_kv_row(c, start);
             float *out = b->att + it * hd, *pr = p->s.probs + it * keys;
-            if (!probs) {
-                const float *q = b->q + it * hd;
-                if (c->type == RLXC_F16)
-                    kn->attn_head_f16(out, q, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row), hd, n,
-                                      l->attn_scale, l->attn_softcap, scores);
-                else
-                    kn->attn_head(out, q, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row), hd, n,
-                                  l->attn_scale, l->attn_softcap, scores);
-            } else if (pass == 0) {
+            if (pass == 0) {
                 memset(pr, 0, (size_t)keys * sizeof(float));
                 head_probs(pr + start, b->q + it * hd, c, kvh, row, n, l->attn_scale, l->attn_softcap, scores);
                 continue;
-            } else {
-                memset(out, 0, hd * sizeof(float));
-                for (int j = 0; j < n; j++) {
-                    const float *v = rlxc_kv_row_f32(c, c->v, kvh, row + j, scores);
-                    for (int d = 0; d < hd; d++) out[d] += pr[start + j] * v[d];
-                }
+            }
+            memset(out, 0, hd * sizeof(float));
+            for (int j = 0; j < n; j++) {
+                const float *v = rlxc_kv_row_f32(c, c->v, kvh, row + j, scores);
+                for (int d = 0; d < hd; d++) out[d] += pr[start + j] * v[d];
             }
             if (head_scale) kn->scale(out, head_scale[h], hd);
         }
-        if (probs && pass == 0) rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_PROBS, p->s.probs, T, pos0, (size_t)nq * keys);
+        if (pass == 0) rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_PROBS, p->s.probs, T, pos0, (size_t)nq * keys);
     }
 }
 

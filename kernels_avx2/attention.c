@@ -95,5 +95,64 @@ static float softmax_unnormalized(float *s, int n_keys) {
     return rlxc_hsum256(sum);
 }
 
+/* A GQA group: the scores of up to 4 heads per pass over K (each chunk of a key row converted
+ * once, four FMA chains), a softmax per head, then V read once: each chunk of four value rows
+ * converted once and added into every head's output. */
+#define DEFINE_ATTN_GROUP_AVX2(name, head, T, LOAD8, LOAD1)                                                        \
+    void name(float *out, const float *q, const T *k, const T *v, int G, int hd, int n, float scale, float softcap, \
+              float *s) {                                                                                          \
+        if (hd % 8) { /* rows not in whole chunks: head by head */                                                 \
+            for (int g = 0; g < G; g++) head(out + (size_t)g * hd, q + (size_t)g * hd, k, v, hd, n, scale, softcap, s); \
+            return;                                                                                                \
+        }                                                                                                          \
+        for (int g0 = 0; g0 < G; g0 += 4) {                                                                        \
+            const int gn = G - g0 < 4 ? G - g0 : 4;                                                                \
+            const float *qg = q + (size_t)g0 * hd;                                                                 \
+            for (int j = 0; j < n; j++) {                                                                          \
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+                const T *kj = k + (size_t)j * hd;                                                                  \
+                for (int i = 0; i < hd; i += 8) {                                                                  \
+                    const __m256 kv = LOAD8(kj + i);                                                               \
+                    for (int r = 0; r < gn; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + (size_t)r * hd + i), kv, acc[r]); \
+                }                                                                                                  \
+                for (int r = 0; r < gn; r++) s[(size_t)(g0 + r) * n + j] = scale * rlxc_hsum256(acc[r]);           \
+            }                                                                                                      \
+        }                                                                                                          \
+        float inv[G];                                                                                              \
+        for (int g = 0; g < G; g++) {                                                                              \
+            if (softcap > 0.0f) rlxc_softcap_avx2(s + (size_t)g * n, softcap, n);                                  \
+            inv[g] = 1.0f / softmax_unnormalized(s + (size_t)g * n, n);                                            \
+        }                                                                                                          \
+        for (size_t i = 0; i < (size_t)G * hd; i++) out[i] = 0.0f;                                                 \
+        int j = 0;                                                                                                 \
+        for (; j + 4 <= n; j += 4) { /* four value rows converted once per chunk, for every head */                \
+            const T *vj = v + (size_t)j * hd;                                                                      \
+            for (int i = 0; i < hd; i += 8) {                                                                      \
+                __m256 vv[4];                                                                                      \
+                RLXC_UNROLL for (int x = 0; x < 4; x++) vv[x] = LOAD8(vj + (size_t)x * hd + i);                    \
+                for (int g = 0; g < G; g++) {                                                                      \
+                    const float *pg = s + (size_t)g * n + j;                                                       \
+                    float *o = out + (size_t)g * hd + i;                                                           \
+                    __m256 acc = _mm256_loadu_ps(o);                                                               \
+                    RLXC_UNROLL for (int x = 0; x < 4; x++) acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[x]), vv[x], acc); \
+                    _mm256_storeu_ps(o, acc);                                                                      \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (; j < n; j++) {                                                                                       \
+            const T *vj = v + (size_t)j * hd;                                                                      \
+            for (int i = 0; i < hd; i += 8) {                                                                      \
+                const __m256 vv = LOAD8(vj + i);                                                                   \
+                for (int g = 0; g < G; g++) {                                                                      \
+                    float *o = out + (size_t)g * hd + i;                                                           \
+                    _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(s[(size_t)g * n + j]), vv, _mm256_loadu_ps(o))); \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int g = 0; g < G; g++) rlxc_scale_avx2(out + (size_t)g * hd, inv[g], hd);                             \
+    }
+
 DEFINE_ATTN_HEAD_AVX2(rlxc_attn_head_avx2, float, LOAD8_F32, LOAD1_F32)
 DEFINE_ATTN_HEAD_AVX2(rlxc_attn_head_f16_avx2, rlxc_fp16, LOAD8_F16, LOAD1_F16)
+DEFINE_ATTN_GROUP_AVX2(rlxc_attn_group_avx2, rlxc_attn_head_avx2, float, LOAD8_F32, LOAD1_F32)
+DEFINE_ATTN_GROUP_AVX2(rlxc_attn_group_f16_avx2, rlxc_attn_head_f16_avx2, rlxc_fp16, LOAD8_F16, LOAD1_F16)

@@ -95,3 +95,6 @@ RLXC_INLINE void rescale(float *out, float *m, float *sum, float32x4_t s, int hd
 
 DEFINE_ATTN_HEAD_NEON(rlxc_attn_head_neon, float, LOAD4_F32, LOAD1_F32)
 DEFINE_ATTN_HEAD_NEON(rlxc_attn_head_f16_neon, rlxc_fp16, LOAD4_F16, LOAD1_F16)
+/* No group kernel of its own yet: one pass per query head of the group. */
+RLXC_DEFINE_ATTN_GROUP_BY_HEAD(neon, float, rlxc_attn_head_neon)
+RLXC_DEFINE_ATTN_GROUP_BY_HEAD(f16_neon, rlxc_fp16, rlxc_attn_head_f16_neon)

@@ -626,6 +626,47 @@ static void test_attention(result *r, const rlxc_kernels *k) {
             }
 }
 
+/* attn_group (f32, then f16 rows) against the scalar attn_head of each query head: groups of
+ * 1-9 heads (whole blocks of 4 and tails), head_dim with and without a tail of 8. */
+static void test_attn_group(result *r, const rlxc_kernels *k) {
+    static const int hds[] = {7, 16, 64, 256};
+    static const int nks[] = {1, 3, 4, 9, 100};
+    static const int gs[] = {1, 2, 3, 4, 5, 8, 9};
+    r[0].name = "attn_group";
+    r[1].name = "attn_group_f16";
+    for (int a = 0; a < LEN(hds); a++)
+        for (int b = 0; b < LEN(nks); b++)
+            for (int c = 0; c < LEN(gs); c++) {
+                const int hd = hds[a], nk = nks[b], G = gs[c], cap = (a + b + c) % 2;
+                const size_t n = (size_t)nk * hd;
+                const float softcap = cap ? 5.0f : 0.0f, scale = 3.0f / sqrtf((float)hd);
+                float *q = xmalloc((size_t)G * hd * sizeof(float)), *kk = xmalloc(n * sizeof(float));
+                float *v = xmalloc(n * sizeof(float)), *s = xmalloc((size_t)G * nk * sizeof(float));
+                rlxc_fp16 *k16 = xmalloc(n * sizeof(rlxc_fp16)), *v16 = xmalloc(n * sizeof(rlxc_fp16));
+                float *ref = guarded(G * hd), *got = guarded(G * hd), *sc = xmalloc((size_t)G * hd * sizeof(float));
+                fill(q, G * hd, -1, 1);
+                fill(kk, (int)n, -1, 1);
+                fill(v, (int)n, -2, 2);
+                for (size_t i = 0; i < n; i++) k16[i] = rlxc_f32_to_fp16(kk[i]), v16[i] = rlxc_f32_to_fp16(v[i]);
+                for (int half = 0; half < 2; half++) {
+                    for (int g = 0; g < G; g++) {
+                        float *o = ref + (size_t)g * hd;
+                        if (half) rlxc_kernels_scalar.attn_head_f16(o, q + (size_t)g * hd, k16, v16, hd, nk, scale, softcap, s);
+                        else rlxc_kernels_scalar.attn_head(o, q + (size_t)g * hd, kk, v, hd, nk, scale, softcap, s);
+                    }
+                    if (half) k->attn_group_f16(got, q, k16, v16, G, hd, nk, scale, softcap, s);
+                    else k->attn_group(got, q, kk, v, G, hd, nk, scale, softcap, s);
+                    for (int i = 0; i < G * hd; i++) sc[i] = 2.0f; /* |v| <= 2: the outputs' scale */
+                    r[half].cases++;
+                    compare(&r[half], got, ref, sc, G * hd, hd, nk, G);
+                    check_guards(&r[half], got, G * hd, hd, nk, G);
+                }
+                free_guarded(ref);
+                free_guarded(got);
+                free(q), free(kk), free(v), free(s), free(k16), free(v16), free(sc);
+            }
+}
+
 /* ---- element-wise ---- */
 
 static void test_elementwise(result *out, const rlxc_kernels *k) {
@@ -815,7 +856,7 @@ static int run_big(const char *isa) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 17)
+#define N_RESULTS (2 * N_WKINDS + 19)
 
 static int run_isa(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
@@ -833,6 +874,7 @@ static int run_isa(const char *isa) {
     test_norms(r, k), r += 2;
     test_rope(r++, k);
     test_attention(r, k), r += 2;
+    test_attn_group(r, k), r += 2;
     test_elementwise(r, k);
     return report(k, res, N_RESULTS);
 }
