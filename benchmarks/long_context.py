@@ -77,8 +77,8 @@ def llama_kv_mib(perplexity: str, path: str, ctx: int) -> float:
     text = os.path.join(os.path.dirname(path), "rlxc_kv_probe.txt")
     with open(text, "w") as f:
         f.write("probe\n")
-    out = subprocess.run([perplexity, "-m", path, "-c", str(ctx), "-f", text, "-t", "1"], capture_output=True,
-                         text=True)
+    out = subprocess.run([perplexity, "-m", path, "-c", str(ctx), "-f", text, "-t", "1", "-lv", "4"],
+                         capture_output=True, text=True)
     return sum(float(x) for x in re.findall(r"llama_kv_cache: size = +([\d.]+) MiB", out.stdout + out.stderr))
 
 
@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--tg", type=int, default=64)
     ap.add_argument("--depths", type=int, nargs="+", default=[8192, 32000])
     ap.add_argument("--ctx", type=int, default=32768)
+    ap.add_argument("--memory-only", action="store_true", help="only the KV memory comparison")
     a = ap.parse_args()
     import rlxc
 
@@ -99,7 +100,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"{host()}; {os.path.basename(path)}; f16 K/V; medians of {a.runs} run(s)\n")
     print("| threads | test | llama.cpp tok/s | rlxc tok/s | rlxc / llama.cpp |\n|---|---|---|---|---|")
-    for t in a.threads:
+    for t in [] if a.memory_only else a.threads:
         m = rlxc.load(path, threads=t, max_seq=max(a.depths + [a.pp]) + a.tg, kv_type="f16", tokenizer=False)
         for name, pp, tg, depth in tests:
             ll, rx = [], []
