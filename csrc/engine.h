@@ -57,8 +57,9 @@ typedef struct {
 
 int rlxc_kv_alloc(rlxc_pipeline *p, char *err);
 void rlxc_kv_free(rlxc_pipeline *p);
-/* Before a call with an empty cache and no views out: caches re-allocated where the layers or
- * the settings changed (nothing is lost), so such edits need no reset. */
+/* Before a call with an empty cache and no views out: rings re-sized where a window changed
+ * (nothing is lost), so editing sliding_window needs no reset; K/V shape, sharing and type
+ * changes still need one. */
 int rlxc_kv_refresh(rlxc_pipeline *p, char *err);
 /* The layer's cache (own or shared) fits the layer and the settings now. */
 int rlxc_kv_check(const rlxc_pipeline *p, int i, char *err);

@@ -95,8 +95,15 @@ int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p) {
 
 int rlxc_kv_refresh(rlxc_pipeline *p, char *err) {
     if (p->n_past || p->kv_exported || !rlxc_pipeline_kv_reshaped(p)) return 0;
-    for (int i = 0; i < p->n_layers; i++)
-        if (rlxc_layer_check_fields(p->layers[i], err)) return 0; /* the call's checks report it */
+    for (int i = 0; i < p->n_layers; i++) {
+        const rlxc_layer *l = p->layers[i];
+        const rlxc_kv_cache *c = &p->kv[i];
+        if (rlxc_layer_check_fields(l, err)) return 0; /* the call's checks report it */
+        /* K/V shapes, sharing and the settings change at reset() only, as they always did */
+        if ((l->kv_shared_from < 0) != (c->k != NULL) ||
+            (c->k && (c->heads != l->num_kv_heads || c->dim != l->head_dim || c->type != p->kv_type)))
+            return 0;
+    }
     return rlxc_kv_alloc(p, err);
 }
 

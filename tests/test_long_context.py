@@ -134,6 +134,12 @@ def test_kv_views_of_a_ring_show_the_window_and_edits_reach_attention(gemma):
     y = [ring.decode(int(t)) for t in ids[:5]]
     for p, q in zip(x, y):
         np.testing.assert_array_equal(p, q)
+    # a fork has the ring and settings of its own
+    ring.load_state(state)
+    fork = ring.fork()
+    fork.kv_type = "f16"
+    assert ring.kv_type == "f32" and fork.kv_ring and fork.ubatch == UBATCH
+    np.testing.assert_array_equal(ring.decode(int(ids[0])), x[0])
 
 
 def test_windowed_readers_of_a_ring_must_fit_its_window(gemma):

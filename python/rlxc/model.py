@@ -581,8 +581,8 @@ class Model:
         state = self.save_state()
         new = copy.copy(self)
         for name, value in (("layers", list(self.layers)), ("ple", dict(self.ple) if self.ple else None),
-                            ("metadata", dict(self.metadata)), ("_pipe", None), ("_engine", None),
-                            ("_engine_ple", None), ("_pipe_layers", ())):
+                            ("metadata", dict(self.metadata)), ("_kv", dict(self._kv)), ("_pipe", None),
+                            ("_engine", None), ("_engine_ple", None), ("_pipe_layers", ())):
             object.__setattr__(new, name, value)
         object.__setattr__(new, "_taps", interp.Taps(new))
         new.load_state(state)
