@@ -94,6 +94,7 @@ struct rlxc_pipeline {
     rlxc_kv_cache *kv;
     rlxc_scratch s;
     size_t dq_stride;   /* floats of one thread's dq */
+    size_t scores_stride; /* floats of one thread's attention scratch (scores) */
     size_t rope_floats; /* the widest layer's rotary_dim / 2: room for its RoPE frequencies */
     rlxc_wtype kv_type; /* rlxc_pipeline_set_kv */
     int kv_ring, ubatch;
@@ -126,6 +127,9 @@ void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T,
  * [*r0, *r1) of each. No barrier after it. */
 void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
                          const rlxc_product *ps, int n, int *r0, int *r1);
+/* A decode at pos: bounds, order and what the rings keep checked, then the cache rewound to pos
+ * (*n_past: where it was, to restore if the call fails). */
+int rlxc_pipeline_seek(rlxc_pipeline *p, int pos, int *n_past, char *err);
 /* Whole team: the layers over x[T][H] in place at positions pos0..; ple [T][ple_stride] or NULL;
  * layer_out NULL or layer i's rows at layer_out + i * layer_out_T * H. Enters and leaves without a barrier of its own: x rows are
  * read and written by the thread that owns them in rlxc_team_share(T, 1). */

@@ -81,28 +81,28 @@ int rlxc_kv_alloc(rlxc_pipeline *p, char *err) {
     return 0;
 }
 
+/* Layer i's own cache has the sharing, K/V shape and type the layer and the settings ask for
+ * (its ring may still be of another size). */
+static int same_shape(const rlxc_pipeline *p, int i) {
+    const rlxc_layer *l = p->layers[i];
+    const rlxc_kv_cache *c = &p->kv[i];
+    const int own = l->kv_shared_from < 0;
+    return own == (c->k != NULL) &&
+           (!own || (c->heads == l->num_kv_heads && c->dim == l->head_dim && c->type == p->kv_type));
+}
+
 int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p) {
-    for (int i = 0; i < p->n_layers; i++) {
-        const rlxc_layer *l = p->layers[i];
-        const rlxc_kv_cache *c = &p->kv[i];
-        const int own = l->kv_shared_from < 0;
-        if (own != (c->k != NULL) || (own && (c->heads != l->num_kv_heads || c->dim != l->head_dim ||
-                                              c->type != p->kv_type || c->cells != wanted_cells(p, i))))
-            return 1;
-    }
+    for (int i = 0; i < p->n_layers; i++)
+        if (!same_shape(p, i) || (p->kv[i].k && p->kv[i].cells != wanted_cells(p, i))) return 1;
     return 0;
 }
 
 int rlxc_kv_refresh(rlxc_pipeline *p, char *err) {
     if (p->n_past || p->kv_exported || !rlxc_pipeline_kv_reshaped(p)) return 0;
     for (int i = 0; i < p->n_layers; i++) {
-        const rlxc_layer *l = p->layers[i];
-        const rlxc_kv_cache *c = &p->kv[i];
-        if (rlxc_layer_check_fields(l, err)) return 0; /* the call's checks report it */
+        if (rlxc_layer_check_fields(p->layers[i], err)) return 0; /* the call's checks report it */
         /* K/V shapes, sharing and the settings change at reset() only, as they always did */
-        if ((l->kv_shared_from < 0) != (c->k != NULL) ||
-            (c->k && (c->heads != l->num_kv_heads || c->dim != l->head_dim || c->type != p->kv_type)))
-            return 0;
+        if (!same_shape(p, i)) return 0;
     }
     return rlxc_kv_alloc(p, err);
 }

@@ -212,13 +212,9 @@ int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits whi
 }
 
 int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *err) {
-    rlxc_pipeline *p = m->p;
-    if (pos < 0 || pos >= p->max_seq) FAIL("pos must be in [0, max_seq=%d), got %d", p->max_seq, pos);
-    if (pos > p->n_past) FAIL("pos (%d) is past the %d cached tokens: positions must be filled in order", pos, p->n_past);
-    if (rlxc_kv_check_rewind(p, pos, err)) return -1;
-    const int n_past = p->n_past;
-    p->n_past = pos;
+    int n_past;
+    if (rlxc_pipeline_seek(m->p, pos, &n_past, err)) return -1;
     if (!run(m, &id, 1, RLXC_LOGITS_ALL, logits, NULL, err)) return 0;
-    p->n_past = n_past;
+    m->p->n_past = n_past;
     return -1;
 }

@@ -228,11 +228,12 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
     }
     p->dq_stride = dq_stride;
     p->rope_floats = rope;
-    if ((size_t)nth * scores_floats(p) > s->cap_scores) {
+    p->scores_stride = scores_floats(p);
+    if ((size_t)nth * p->scores_stride > s->cap_scores) {
         s->cap_scores = 0;
-        if (regrow((void **)&s->scores, (size_t)nth * scores_floats(p) * sizeof(float)))
+        if (regrow((void **)&s->scores, (size_t)nth * p->scores_stride * sizeof(float)))
             FAIL("out of memory for attention scratch");
-        s->cap_scores = (size_t)nth * scores_floats(p);
+        s->cap_scores = (size_t)nth * p->scores_stride;
     }
     return 0;
 }
@@ -413,7 +414,7 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
     const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
     const int probs = rlxc_tapped(p, li, RLXC_STAGE_ATTN_PROBS), keys = pos0 + T;
     const float *head_scale = l->w[RLXC_W_HEAD_SCALE].data;
-    float *scores = p->s.scores + (size_t)tm->ith * scores_floats(p);
+    float *scores = p->s.scores + (size_t)tm->ith * p->scores_stride;
     size_t a, e;
     if (!probs) {
         /* items: (token, kv head, part of its group), the group split until every thread has one */
@@ -636,13 +637,19 @@ int rlxc_pipeline_prefill(rlxc_pipeline *p, const float *x, const float *ple, in
     return run(p, x, ple, T, out, layer_out, err);
 }
 
-int rlxc_pipeline_decode(rlxc_pipeline *p, const float *x, const float *ple, int pos, float *out, float *layer_out,
-                         char *err) {
+int rlxc_pipeline_seek(rlxc_pipeline *p, int pos, int *n_past, char *err) {
     if (pos < 0 || pos >= p->max_seq) FAIL("pos must be in [0, max_seq=%d), got %d", p->max_seq, pos);
     if (pos > p->n_past) FAIL("pos (%d) is past the %d cached tokens: positions must be filled in order", pos, p->n_past);
     if (rlxc_kv_check_rewind(p, pos, err)) return -1;
-    const int n_past = p->n_past;
+    *n_past = p->n_past;
     p->n_past = pos;
+    return 0;
+}
+
+int rlxc_pipeline_decode(rlxc_pipeline *p, const float *x, const float *ple, int pos, float *out, float *layer_out,
+                         char *err) {
+    int n_past;
+    if (rlxc_pipeline_seek(p, pos, &n_past, err)) return -1;
     if (!run(p, x, ple, 1, out, layer_out, err)) return 0;
     p->n_past = n_past;
     return -1;
