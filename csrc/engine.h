@@ -74,6 +74,38 @@ const float *rlxc_kv_row_f32(const rlxc_kv_cache *c, const void *base, int h, si
 /* Before a call: rows edited through views copied to their ring mirrors. */
 void rlxc_kv_sync(rlxc_pipeline *p);
 
+/* Attention (attention.c) of a tile: T tokens at positions pos0.. and G query heads of kv head
+ * kvh, over the keys each sees (the last `window` up to its own position; 0: all) in cache c.
+ * The query of token t, head g is at q + t * q_stride + g * head_dim, its output at the same
+ * place in out. The queries are numbered r = t * G + g. */
+typedef struct {
+    const rlxc_kv_cache *c;
+    int kvh, window;
+    const float *q;
+    float *out;
+    size_t q_stride;
+    int T, G, pos0;
+    float scale, softcap;
+} rlxc_attn_tile;
+
+/* Keys per block for a window (0: none). */
+int rlxc_attn_block_keys(int window);
+/* Floats of one thread's scratch for tiles of `queries` queries of head_dim hd. */
+size_t rlxc_attn_scratch_floats(int queries, int hd);
+/* Floats of the state of one block (rlxc_attn_tile_block) of `queries` queries. */
+size_t rlxc_attn_state_floats(int queries, int hd);
+/* Blocks the tile's keys span: *first, and the count returned. */
+int rlxc_attn_tile_blocks(const rlxc_attn_tile *t, int *first);
+/* The whole tile by one thread. */
+void rlxc_attn_tile_run(const rlxc_attn_tile *t, float *scratch);
+/* The same in steps the team can share, with the same bits: prepare (each thread, into its
+ * scratch), block states (any thread, into state buffers), then per query: merge the states in
+ * block order, end (writes the output). */
+void rlxc_attn_tile_prepare(const rlxc_attn_tile *t, float *scratch);
+void rlxc_attn_tile_block(const rlxc_attn_tile *t, int b, float *scratch, float *state);
+void rlxc_attn_tile_merge(const rlxc_attn_tile *t, const float *state, float *scratch, int r);
+void rlxc_attn_tile_end(const rlxc_attn_tile *t, float *scratch, int r);
+
 /* Scratch, grown only when a call needs more (more tokens, wider layers, more threads): decode
  * after a prefill of the same model never allocates. */
 typedef struct {
@@ -81,8 +113,10 @@ typedef struct {
     float *act;     /* per-token buffers of the widest layer, T tokens (rlxc_pipeline_bufs) */
     void *xq;       /* quantized activations (rlxc_xin_scratch_bytes) */
     float *dq;      /* each thread's dequantized rows */
-    float *scores;  /* each thread's max_seq attention scores (at least head_dim floats) */
+    float *scores;  /* each thread's attention scratch (attention.c; at least head_dim floats) */
     size_t cap_scores;
+    float *states;  /* block states of attention shared by blocks of keys (a decode on several threads) */
+    size_t cap_states;
     float *probs;   /* attention weights of a tapped attn_probs stage: [T][num_q_heads][n_keys] */
     size_t cap_probs;
 } rlxc_scratch;

@@ -160,6 +160,10 @@ typedef struct {
  * directly); ids that are no rlxc type hold NULLs. */
 #define RLXC_WTYPE_IDS (RLXC_BF16 + 1)
 
+typedef void (*rlxc_attn_block_fn)(float *o, float *m, float *l, const float *q, int nq, const void *k,
+                                   const void *v, int n, int hd, const int *lo, const int *hi, float scale,
+                                   float softcap, float *scratch);
+
 typedef struct rlxc_kernels {
     const char *isa;
     rlxc_wtype_kernels wt[RLXC_WTYPE_IDS]; /* a weight w's kernels: wt[w->type] */
@@ -174,23 +178,15 @@ typedef struct rlxc_kernels {
      * proportional (Gemma 4): half = head_dim / 2. */
     void (*rope)(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, int half);
 
-    /* One query head against n_keys contiguous keys/values [n_keys][head_dim]:
-     * out = softmax(softcap(scale * q.k)) @ v. scratch holds n_keys floats (or is unused).
-     * out must not overlap q, k, v or scratch: implementations may write out before they are
-     * done reading q (NEON's one-pass softmax accumulates into out while it reads q), and the
-     * engine and rlxc.ops.attention pass separate buffers. */
-    void (*attn_head)(float *out, const float *q, const float *k, const float *v, int head_dim,
-                      int n_keys, float scale, float softcap, float *scratch);
-    /* The same over a KV cache kept in f16 (the arithmetic of attn_head on the converted values). */
-    void (*attn_head_f16)(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v, int head_dim,
-                          int n_keys, float scale, float softcap, float *scratch);
-    /* n_heads query heads q[n_heads][head_dim] (a GQA group) against the same keys and values,
-     * each as attn_head would compute it, reading K and V once for all; scratch: n_heads * n_keys
-     * floats. */
-    void (*attn_group)(float *out, const float *q, const float *k, const float *v, int n_heads, int head_dim,
-                       int n_keys, float scale, float softcap, float *scratch);
-    void (*attn_group_f16)(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v, int n_heads,
-                           int head_dim, int n_keys, float scale, float softcap, float *scratch);
+    /* Attention over one block of keys, the unit csrc/attention.c builds a layer's attention
+     * from: nq queries q[nq][hd] against n keys and values k, v [n][hd] of the element type of
+     * the entry (attn_block_f32 / _f16 / _bf16); query r sees keys [lo[r], hi[r]). For each
+     * query: m[r] = the max of its scores s = softcap(scale * q.k) (-inf when it sees none),
+     * l[r] = sum exp(s - m[r]), o[r][hd] = sum exp(s - m[r]) v (not normalized). A query's
+     * results depend on its own q, lo, hi and rows only, never on nq, n or the other queries:
+     * a token gets the same bits in a prefill as decoded alone, whatever the tiling.
+     * scratch: nq * n floats. */
+    rlxc_attn_block_fn attn_block_f32, attn_block_f16, attn_block_bf16;
 
     void (*silu)(float *y, const float *x, int n);
     void (*gelu_tanh)(float *y, const float *x, int n);
@@ -237,8 +233,8 @@ typedef struct rlxc_kernels {
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
         .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
-        .attn_head = rlxc_attn_head_##sops, .attn_head_f16 = rlxc_attn_head_f16_##sops,                   \
-        .attn_group = rlxc_attn_group_##sops, .attn_group_f16 = rlxc_attn_group_f16_##sops,               \
+        .attn_block_f32 = rlxc_attn_block_f32_##sops, .attn_block_f16 = rlxc_attn_block_f16_##sops,       \
+        .attn_block_bf16 = rlxc_attn_block_bf16_##sops,                                                   \
         .silu = rlxc_silu_##sops, .gelu_tanh = rlxc_gelu_tanh_##sops, \
         .mul = rlxc_mul_##sops, .add = rlxc_add_##sops, .scale = rlxc_scale_##sops,                       \
         .softcap = rlxc_softcap_##sops,                                                                   \
@@ -263,20 +259,16 @@ typedef struct rlxc_kernels {
     void rlxc_matvec_fx_##type##_##sfx(float *y, const void *w, const float *x, int N, int K);
 #define RLXC_DECLARE_DQ(sfx) RLXC_FOR_BLOCK_TYPES(RLXC_DECLARE_DQ_1, sfx)
 #define RLXC_DECLARE_FX(sfx) RLXC_FOR_BLOCK_TYPES(RLXC_DECLARE_FX_1, sfx)
+#define RLXC_DECLARE_ATTN_BLOCK(type, sfx)                                                                     \
+    void rlxc_attn_block_##type##_##sfx(float *o, float *m, float *l, const float *q, int nq, const void *k,       \
+                                        const void *v, int n, int hd, const int *lo, const int *hi, float scale,   \
+                                        float softcap, float *scratch);
 #define RLXC_DECLARE_OPS(sfx)                                                                                  \
     void rlxc_rmsnorm_##sfx(float *y, const float *x, const float *w, float w_offset, float eps, int n);       \
     void rlxc_layernorm_##sfx(float *y, const float *x, const float *w, const float *b, float eps, int n);     \
     void rlxc_rope_##sfx(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, \
                          int half);                                                                            \
-    void rlxc_attn_head_##sfx(float *out, const float *q, const float *k, const float *v, int head_dim,        \
-                              int n_keys, float scale, float softcap, float *scratch);                         \
-    void rlxc_attn_head_f16_##sfx(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v,          \
-                                  int head_dim, int n_keys, float scale, float softcap, float *scratch);       \
-    void rlxc_attn_group_##sfx(float *out, const float *q, const float *k, const float *v, int n_heads,         \
-                               int head_dim, int n_keys, float scale, float softcap, float *scratch);          \
-    void rlxc_attn_group_f16_##sfx(float *out, const float *q, const rlxc_fp16 *k, const rlxc_fp16 *v,         \
-                                   int n_heads, int head_dim, int n_keys, float scale, float softcap,          \
-                                   float *scratch);                                                            \
+    RLXC_DECLARE_ATTN_BLOCK(f32, sfx) RLXC_DECLARE_ATTN_BLOCK(f16, sfx) RLXC_DECLARE_ATTN_BLOCK(bf16, sfx)        \
     void rlxc_silu_##sfx(float *y, const float *x, int n);                                                     \
     void rlxc_gelu_tanh_##sfx(float *y, const float *x, int n);                                                \
     void rlxc_mul_##sfx(float *y, const float *a, const float *b, int n);                                      \
@@ -292,16 +284,6 @@ typedef struct rlxc_kernels {
 #define RLXC_DECLARE_KERNELS(sfx)                                                         \
     RLXC_DECLARE_F32(sfx) RLXC_DECLARE_Q(sfx) RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_HALF(sfx) \
     RLXC_DECLARE_XQ(sfx) RLXC_DECLARE_DQ(sfx) RLXC_DECLARE_FX(sfx) RLXC_DECLARE_OPS(sfx)
-
-/* attn_group as one attn_head per query head (where an ISA has nothing faster: the scalar
- * twin, NEON). */
-#define RLXC_DEFINE_ATTN_GROUP_BY_HEAD(sfx, T, head)                                                          \
-    void rlxc_attn_group_##sfx(float *out, const float *q, const T *k, const T *v, int n_heads, int head_dim, \
-                               int n_keys, float scale, float softcap, float *scratch) {                      \
-        for (int g = 0; g < n_heads; g++)                                                                     \
-            head(out + (size_t)g * head_dim, q + (size_t)g * head_dim, k, v, head_dim, n_keys, scale, softcap,  \
-                 scratch);                                                                                    \
-    }
 
 /* Scalar reference kernels: always present, the oracle for every other ISA (kernels_ref.h
  * names them). */

@@ -185,38 +185,37 @@ void rlxc_rope_scalar(float *x, int n_heads, int head_dim, const float *cos, con
     }
 }
 
-/* One attention head over K/V rows of element type T, LOAD(x) turning one element into a float:
- * the f32 kernel and the f16-cache kernel are the same arithmetic on the loaded values. */
-#define DEFINE_ATTN_HEAD_SCALAR(name, T, LOAD)                                                    \
-    void name(float *out, const float *q, const T *k, const T *v, int head_dim, int n_keys, float scale, \
-              float softcap, float *scores) {                                                     \
-        float max = -INFINITY;                                                                    \
-        for (int j = 0; j < n_keys; j++) {                                                        \
-            const T *kj = k + (size_t)j * head_dim;                                               \
-            float dot = 0.0f;                                                                     \
-            for (int d = 0; d < head_dim; d++) dot += q[d] * LOAD(kj[d]);                         \
-            float s = scale * dot;                                                                \
-            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);                                 \
-            scores[j] = s;                                                                        \
-            max = s > max ? s : max;                                                              \
-        }                                                                                         \
-        float sum = 0.0f;                                                                         \
-        for (int j = 0; j < n_keys; j++) {                                                        \
-            scores[j] = expf(scores[j] - max);                                                    \
-            sum += scores[j];                                                                     \
-        }                                                                                         \
-        for (int d = 0; d < head_dim; d++) out[d] = 0.0f;                                         \
-        for (int j = 0; j < n_keys; j++) {                                                        \
-            const float p = scores[j] / sum;                                                      \
-            const T *vj = v + (size_t)j * head_dim;                                               \
-            for (int d = 0; d < head_dim; d++) out[d] += p * LOAD(vj[d]);                         \
-        }                                                                                         \
+/* attn_block over K/V rows of element type T, LOAD(x) turning one element into a float: one
+ * query at a time, keys in order. */
+#define DEFINE_ATTN_BLOCK_SCALAR(type, T, LOAD)                                                                  \
+    void rlxc_attn_block_##type##_scalar(float *o, float *m, float *l, const float *q, int nq, const void *kp,   \
+                                         const void *vp, int n, int hd, const int *lo, const int *hi, float scale, \
+                                         float softcap, float *s) {                                              \
+        const T *k = kp, *v = vp;                                                                                \
+        for (int r = 0; r < nq; r++) {                                                                           \
+            const float *qr = q + (size_t)r * hd;                                                                \
+            float *or = o + (size_t)r * hd, max = -INFINITY, sum = 0.0f;                                          \
+            for (int j = lo[r]; j < hi[r]; j++) {                                                                \
+                float dot = 0.0f;                                                                                \
+                for (int d = 0; d < hd; d++) dot += qr[d] * LOAD(k[(size_t)j * hd + d]);                          \
+                s[j] = scale * dot;                                                                              \
+                if (softcap > 0.0f) s[j] = softcap * tanhf(s[j] / softcap);                                      \
+                max = s[j] > max ? s[j] : max;                                                                   \
+            }                                                                                                    \
+            for (int d = 0; d < hd; d++) or[d] = 0.0f;                                                           \
+            for (int j = lo[r]; j < hi[r]; j++) {                                                                \
+                const float p = expf(s[j] - max);                                                                \
+                sum += p;                                                                                        \
+                for (int d = 0; d < hd; d++) or[d] += p * LOAD(v[(size_t)j * hd + d]);                            \
+            }                                                                                                    \
+            m[r] = max;                                                                                          \
+            l[r] = sum;                                                                                          \
+        }                                                                                                        \
     }
 #define LOAD_F32(x) (x)
-DEFINE_ATTN_HEAD_SCALAR(rlxc_attn_head_scalar, float, LOAD_F32)
-DEFINE_ATTN_HEAD_SCALAR(rlxc_attn_head_f16_scalar, rlxc_fp16, rlxc_fp16_to_f32)
-RLXC_DEFINE_ATTN_GROUP_BY_HEAD(scalar, float, rlxc_attn_head_scalar)
-RLXC_DEFINE_ATTN_GROUP_BY_HEAD(f16_scalar, rlxc_fp16, rlxc_attn_head_f16_scalar)
+DEFINE_ATTN_BLOCK_SCALAR(f32, float, LOAD_F32)
+DEFINE_ATTN_BLOCK_SCALAR(f16, rlxc_fp16, rlxc_fp16_to_f32)
+DEFINE_ATTN_BLOCK_SCALAR(bf16, rlxc_bf16, rlxc_bf16_to_f32)
 
 /* ---- elementwise ---- */
 

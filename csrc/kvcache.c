@@ -17,7 +17,8 @@
 
 #define FAIL(...) do { snprintf(err, RLXC_ERRLEN, __VA_ARGS__); return -1; } while (0)
 
-static size_t elem_bytes(rlxc_wtype t) { return t == RLXC_F16 ? sizeof(rlxc_fp16) : sizeof(float); }
+/* Bytes of one K or V row of a head in the cache's type. */
+static size_t row_bytes(rlxc_wtype t, int dim) { return rlxc_wtype_row_bytes(t, dim); }
 
 /* The cells layer i's own cache should have under the pipeline's settings: a ring where its
  * rows (cells and W - 1 mirrors) take less than max_seq. */
@@ -37,7 +38,7 @@ static int wanted_rows(const rlxc_pipeline *p, int i) {
 
 static size_t cache_bytes(const rlxc_pipeline *p, int i) {
     const rlxc_layer *l = p->layers[i];
-    return (size_t)l->num_kv_heads * wanted_rows(p, i) * l->head_dim * elem_bytes(p->kv_type);
+    return (size_t)l->num_kv_heads * wanted_rows(p, i) * row_bytes(p->kv_type, l->head_dim);
 }
 
 size_t rlxc_pipeline_kv_bytes(const rlxc_pipeline *p) {
@@ -55,7 +56,19 @@ void rlxc_kv_free(rlxc_pipeline *p) {
     }
 }
 
+/* A block type stores whole blocks: head_dim must be a multiple of its block size. */
+static int check_type(const rlxc_pipeline *p, int i, char *err) {
+    const rlxc_layer *l = p->layers[i];
+    const int blk = rlxc_wtype_block_size(p->kv_type);
+    if (l->kv_shared_from < 0 && l->head_dim % blk)
+        FAIL("kv_type %s stores K/V in blocks of %d: layer %d's head_dim %d is not a multiple of %d (use f16)",
+             rlxc_wtype_name(p->kv_type), blk, i, l->head_dim, blk);
+    return 0;
+}
+
 int rlxc_kv_alloc(rlxc_pipeline *p, char *err) {
+    for (int i = 0; i < p->n_layers; i++)
+        if (check_type(p, i, err)) return -1;
     const size_t total = rlxc_pipeline_kv_bytes(p);
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0 && total > (size_t)pages * (size_t)page)
@@ -70,7 +83,10 @@ int rlxc_kv_alloc(rlxc_pipeline *p, char *err) {
         /* calloc of a large block maps zero pages on demand: a long context costs memory as it fills */
         c->k = calloc(cache_bytes(p, i), 1);
         c->v = calloc(cache_bytes(p, i), 1);
-        if (!c->k || !c->v) FAIL("out of memory for layer %d's KV cache (%zu bytes)", i, 2 * cache_bytes(p, i));
+        if (!c->k || !c->v) {
+            snprintf(err, RLXC_ERRLEN, "out of memory for layer %d's KV cache (%zu bytes)", i, 2 * cache_bytes(p, i));
+            return -2;
+        }
         c->heads = l->num_kv_heads;
         c->dim = l->head_dim;
         c->type = p->kv_type;
@@ -128,13 +144,10 @@ int rlxc_kv_check(const rlxc_pipeline *p, int i, char *err) {
 size_t rlxc_kv_row(const rlxc_kv_cache *c, int pos) { return is_ring(c) ? (size_t)(pos % c->cells) : (size_t)pos; }
 
 void *rlxc_kv_at(const rlxc_kv_cache *c, void *base, int h, size_t row) {
-    return (char *)base + ((size_t)h * c->rows + row) * c->dim * elem_bytes(c->type);
+    return (char *)base + ((size_t)h * c->rows + row) * row_bytes(c->type, c->dim);
 }
 
-static void put_row(const rlxc_kv_cache *c, void *dst, const float *x) {
-    if (c->type == RLXC_F16) rlxc_quantize_row(RLXC_F16, dst, x, c->dim);
-    else memcpy(dst, x, c->dim * sizeof(float));
-}
+static void put_row(const rlxc_kv_cache *c, void *dst, const float *x) { rlxc_quantize_row(c->type, dst, x, c->dim); }
 
 void rlxc_kv_store(const rlxc_kv_cache *c, int h, int pos, const float *k, const float *v) {
     const size_t row = rlxc_kv_row(c, pos);
@@ -190,7 +203,7 @@ static void sync_mirrors(rlxc_pipeline *p) {
         const rlxc_kv_cache *c = &p->kv[i];
         if (!c->k || !is_ring(c)) continue;
         const int n = kept(p, c);
-        const size_t first = rlxc_kv_row(c, p->n_past - n), bytes = c->dim * elem_bytes(c->type);
+        const size_t first = rlxc_kv_row(c, p->n_past - n), bytes = row_bytes(c->type, c->dim);
         for (int h = 0; h < c->heads; h++)
             for (size_t r = first; r < first + (size_t)n; r++) {
                 const size_t cell = r < (size_t)c->cells ? r : r - c->cells;
@@ -212,7 +225,8 @@ void rlxc_pipeline_kv_released(rlxc_pipeline *p) {
 }
 
 int rlxc_pipeline_set_kv(rlxc_pipeline *p, rlxc_wtype type, int ring, int ubatch, char *err) {
-    if (type != RLXC_F32 && type != RLXC_F16) FAIL("kv_type must be f32 or f16, got %s", rlxc_wtype_name(type));
+    if (type != RLXC_F32 && type != RLXC_F16 && type != RLXC_BF16 && type != RLXC_Q8_0)
+        FAIL("kv_type must be f32, f16, bf16 or q8_0, got %s", rlxc_wtype_name(type));
     if (ubatch < 1) FAIL("ubatch must be >= 1, got %d", ubatch);
     p->kv_type = type;
     p->kv_ring = ring != 0;

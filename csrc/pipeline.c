@@ -20,6 +20,7 @@ void rlxc_pipeline_free(rlxc_pipeline *p) {
     free(p->s.xq);
     free(p->s.dq);
     free(p->s.scores);
+    free(p->s.states);
     free(p->s.probs);
     free(p->tap_masks);
     free(p);
@@ -184,15 +185,36 @@ static size_t widest_input(const rlxc_layer *l) {
     return most;
 }
 
-/* Each thread's attention scratch: scores of a GQA group over up to max_seq keys, or a K/V row
- * as floats. */
+/* Queries an attention tile aims at: enough to reuse each block of K/V from cache, few enough
+ * that their scores and states stay in L2. */
+#define TILE_QUERIES 32
+
+/* Tokens per attention tile of a layer with GQA groups of `group` heads. */
+static int tile_tokens(int group) { return group >= TILE_QUERIES ? 1 : TILE_QUERIES / group; }
+
+/* Each thread's attention scratch: a tile's (or a tapped head's K/V row as floats). */
 static size_t scores_floats(const rlxc_pipeline *p) {
     size_t n = 0;
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
-        const size_t scores = (size_t)p->max_seq * (size_t)(l->num_q_heads / l->num_kv_heads);
-        n = scores > n ? scores : n;
+        const int group = l->num_q_heads / l->num_kv_heads;
+        const size_t f = rlxc_attn_scratch_floats(tile_tokens(group) * group, l->head_dim);
+        n = f > n ? f : n;
         n = (size_t)l->head_dim > n ? (size_t)l->head_dim : n;
+    }
+    return n;
+}
+
+/* The block states of a call of T tokens whose attention the team splits by blocks of keys
+ * (a decode or a short call on several threads): every query's state of every block. */
+static size_t states_floats(const rlxc_pipeline *p, int T, int nth) {
+    size_t n = 0;
+    for (int i = 0; nth > 1 && i < p->n_layers; i++) {
+        const rlxc_layer *l = p->layers[i];
+        if (T > tile_tokens(l->num_q_heads / l->num_kv_heads)) continue;
+        const size_t blocks = (size_t)p->max_seq / rlxc_attn_block_keys(l->sliding_window) + 2;
+        const size_t f = blocks * rlxc_attn_state_floats(T * l->num_q_heads, l->head_dim);
+        n = f > n ? f : n;
     }
     return n;
 }
@@ -234,6 +256,12 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
         if (regrow((void **)&s->scores, (size_t)nth * p->scores_stride * sizeof(float)))
             FAIL("out of memory for attention scratch");
         s->cap_scores = (size_t)nth * p->scores_stride;
+    }
+    const size_t need_states = states_floats(p, T, nth);
+    if (need_states > s->cap_states) {
+        s->cap_states = 0;
+        if (regrow((void **)&s->states, need_states * sizeof(float))) FAIL("out of memory for attention scratch");
+        s->cap_states = need_states;
     }
     return 0;
 }
@@ -403,10 +431,32 @@ static void head_probs(float *pr, const float *q, const rlxc_kv_cache *c, int h,
     for (int j = 0; j < n; j++) pr[j] /= sum;
 }
 
-/* Each query (token t, head h) over its visible keys: the last W of 0..pos. The heads of a GQA
- * group read their K/V rows together (attn_group), a group split in parts where that gives every
- * thread work. A tapped attn_probs stage goes head by head in two passes: weights, the tap, then
- * the weighted sum of V (weights a tap puts outside the visible keys are not read). */
+/* Attention tile `it` of a call: (tokens of tile_tokens, kv head, part of its group). */
+static rlxc_attn_tile make_tile(const rlxc_layer *l, const rlxc_kv_cache *c, const bufs *b, int T, int pos0, int split,
+                                size_t it) {
+    const int nkv = l->num_kv_heads, hd = l->head_dim, nq = l->num_q_heads, group = nq / nkv, gh = group / split;
+    const int tt = tile_tokens(group), t0 = (int)(it / ((size_t)nkv * split)) * tt;
+    const int kvh = (int)(it / split % nkv), h0 = kvh * group + (int)(it % split) * gh;
+    const size_t at = ((size_t)t0 * nq + h0) * hd;
+    return (rlxc_attn_tile){.c = c, .kvh = kvh, .window = l->sliding_window, .q = b->q + at, .out = b->att + at,
+                            .q_stride = (size_t)nq * hd, .T = T - t0 < tt ? T - t0 : tt, .G = gh, .pos0 = pos0 + t0,
+                            .scale = l->attn_scale, .softcap = l->attn_softcap};
+}
+
+/* Output r of a tile times its head's head_scale (if set). */
+static void scale_head(const rlxc_layer *l, const rlxc_attn_tile *t, const bufs *b, int r) {
+    const float *hs = l->w[RLXC_W_HEAD_SCALE].data;
+    if (!hs) return;
+    const int hd = l->head_dim, h = (int)((t->out - b->att) / hd % l->num_q_heads) + r % t->G;
+    rlxc_kernels_active()->scale(t->out + (r / t->G) * t->q_stride + (size_t)(r % t->G) * hd, hs[h], hd);
+}
+
+/* Each query (token t, head h) over its visible keys: the last W of 0..pos, in tiles of several
+ * tokens and the heads of a GQA group (csrc/attention.c), a group split in parts where that gives
+ * every thread work. With fewer tiles than threads (a decode), the team shares the blocks of keys
+ * instead and merges their states after a barrier: the same bits as one thread. A tapped
+ * attn_probs stage goes head by head in two passes: weights, the tap, then the weighted sum of V
+ * (weights a tap puts outside the visible keys are not read). */
 static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_kv_cache *c, const bufs *b,
                       int T, int pos0) {
     const rlxc_kernels *kn = rlxc_kernels_active();
@@ -417,24 +467,44 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
     float *scores = p->s.scores + (size_t)tm->ith * p->scores_stride;
     size_t a, e;
     if (!probs) {
-        /* items: (token, kv head, part of its group), the group split until every thread has one */
-        int split = 1;
-        while ((size_t)T * l->num_kv_heads * split < (size_t)tm->nth && group % (2 * split) == 0) split *= 2;
-        const int gh = group / split;
-        rlxc_team_share(tm, (size_t)T * l->num_kv_heads * split, 1, &a, &e);
+        const size_t token_tiles = (T + tile_tokens(group) - 1) / tile_tokens(group);
+        int first = 0, nb = 1, split = 1;
+        if (token_tiles == 1 && tm->nth > 1) {
+            const rlxc_attn_tile t0 = make_tile(l, c, b, T, pos0, 1, 0);
+            nb = rlxc_attn_tile_blocks(&t0, &first);
+        }
+        if (nb == 1) { /* tiles in turn, interleaved: later tokens of a causal prefill see more keys */
+            while (token_tiles * l->num_kv_heads * split < (size_t)tm->nth && group % (2 * split) == 0) split *= 2;
+            const size_t tiles = token_tiles * l->num_kv_heads * split;
+            for (size_t it = tm->ith; it < tiles; it += tm->nth) {
+                const rlxc_attn_tile t = make_tile(l, c, b, T, pos0, split, it);
+                rlxc_attn_tile_run(&t, scores);
+                for (int r = 0; r < t.T * t.G; r++) scale_head(l, &t, b, r);
+            }
+            return;
+        }
+        const size_t tiles = l->num_kv_heads;
+        const int Q = T * group;
+        /* one tile per kv head (a decode): their blocks shared, then the states merged query by query */
+        const size_t sf = rlxc_attn_state_floats(Q, hd);
+        size_t prepared = (size_t)-1;
+        rlxc_team_share(tm, tiles * nb, 1, &a, &e);
         for (size_t it = a; it < e; it++) {
-            const int t = (int)(it / ((size_t)l->num_kv_heads * split)), kvh = (int)(it / split % l->num_kv_heads);
-            const int h0 = kvh * group + (int)(it % split) * gh, pos = pos0 + t;
-            const int start = W > 0 && pos - W + 1 > 0 ? pos - W + 1 : 0, n = pos - start + 1;
-            const size_t row = rlxc_kv_row(c, start), qi = (size_t)t * nq + h0;
-            float *out = b->att + qi * hd;
-            if (c->type == RLXC_F16)
-                kn->attn_group_f16(out, b->q + qi * hd, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row),
-                                   gh, hd, n, l->attn_scale, l->attn_softcap, scores);
-            else
-                kn->attn_group(out, b->q + qi * hd, rlxc_kv_at(c, c->k, kvh, row), rlxc_kv_at(c, c->v, kvh, row), gh,
-                               hd, n, l->attn_scale, l->attn_softcap, scores);
-            for (int g = 0; head_scale && g < gh; g++) kn->scale(out + (size_t)g * hd, head_scale[h0 + g], hd);
+            const rlxc_attn_tile t = make_tile(l, c, b, T, pos0, 1, it / nb);
+            if (it / nb != prepared) rlxc_attn_tile_prepare(&t, scores), prepared = it / nb;
+            rlxc_attn_tile_block(&t, first + (int)(it % nb), scores, p->s.states + it * sf);
+        }
+        rlxc_team_sync(tm);
+        prepared = (size_t)-1;
+        rlxc_team_share(tm, tiles * Q, 1, &a, &e);
+        for (size_t it = a; it < e; it++) {
+            const size_t ti = it / Q;
+            const int r = (int)(it % Q);
+            const rlxc_attn_tile t = make_tile(l, c, b, T, pos0, 1, ti);
+            if (ti != prepared) rlxc_attn_tile_prepare(&t, scores), prepared = ti;
+            for (int bi = 0; bi < nb; bi++) rlxc_attn_tile_merge(&t, p->s.states + (ti * nb + bi) * sf, scores, r);
+            rlxc_attn_tile_end(&t, scores, r);
+            scale_head(l, &t, b, r);
         }
         return;
     }

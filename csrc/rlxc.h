@@ -190,7 +190,8 @@ typedef struct rlxc_pipeline rlxc_pipeline;
 rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int max_seq,
                                     int n_threads, char *err);
 void rlxc_pipeline_free(rlxc_pipeline *p);
-/* Empty the cache; re-sizes caches for layers whose K/V shape changed since creation. */
+/* Empty the cache; re-sizes caches for layers whose K/V shape changed since creation. -1 when the
+ * settings cannot be met (err says why), -2 when memory runs out. */
 int rlxc_pipeline_reset(rlxc_pipeline *p, char *err);
 int rlxc_pipeline_n_past(const rlxc_pipeline *p);
 int rlxc_pipeline_max_seq(const rlxc_pipeline *p);
@@ -311,5 +312,11 @@ int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits whi
                        const rlxc_trace *trace, char *err);
 /* One token at position pos <= n_past (pos < n_past rewinds); logits: [n_logits]. */
 int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *err);
+
+/* One token's attention: q [nq][hd] at position pos against k, v [nkv][S][hd] (f32), keys
+ * 0..pos (the last `window` of them if window > 0), scores softcap(scale * q.k) (softcap 0:
+ * none); nq a multiple of nkv. The engine's arithmetic (attention.c). -1 when out of memory. */
+int rlxc_attention(float *out, const float *q, int nq, const float *k, const float *v, int nkv, int S, int hd, int pos,
+                   int window, float scale, float softcap);
 
 #endif

@@ -1,6 +1,11 @@
-/* AVX2 single-head attention in three passes over the scratch row: scores, exp and sum,
- * then the weighted sum of values. Exact softmax (no running rescale). One body serves the f32
- * and the f16 KV cache: ATTN_LOAD8 / ATTN_LOAD1 turn 8 / 1 elements of a row into floats. */
+/* AVX2 attention over one block of keys (kernels.h: attn_block): scores in 4 x 4 tiles of
+ * queries x keys, a softmax per query, then values in tiles of 4 queries x 16 dims. One body
+ * serves f32, f16 and bf16 rows: LOAD8 / LOAD1 turn 8 / 1 elements of a row into floats.
+ *
+ * A query's bits must not depend on the queries or keys it shares a call with: every dot
+ * product is one FMA chain over the row, whatever tile computes it; the softmax goes over
+ * aligned 8-lane chunks (element j in lane j % 8) from the chunk of lo; keys a query does not
+ * see add exp(-inf) = 0 to its sum and 0 * v to its output, which changes no bit. */
 #include <sleef.h>
 
 #include "avx2.h"
@@ -8,151 +13,124 @@
 #define LOAD8_F32(p) _mm256_loadu_ps(p)
 #define LOAD1_F32(x) (x)
 #define LOAD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define LOAD1_F16(x) rlxc_fp16_to_f32(x)
+#define LOAD1_F16(x) rlxc_h2f(x)
+#define LOAD8_BF16(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define LOAD1_BF16(x) rlxc_bf16_to_f32(x)
 
-#define DEFINE_ATTN_HEAD_AVX2(name, T, LOAD8, LOAD1)                                                               \
-    RLXC_INLINE float name##_dot(const float *a, const T *b, int n) {                                              \
-        __m256 acc = _mm256_setzero_ps();                                                                          \
-        int i = 0;                                                                                                 \
-        for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOAD8(b + i), acc);               \
-        float s = rlxc_hsum256(acc);                                                                               \
-        for (; i < n; i++) s += a[i] * LOAD1(b[i]);                                                                \
-        return s;                                                                                                  \
-    }                                                                                                              \
-    /* s[0..4) = q . k_i for the 4 rows at k: four independent FMA chains, q loaded once per step. */             \
-    RLXC_INLINE void name##_dots4(float *s, const float *q, const T *k, int n) {                                   \
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};     \
-        int i = 0;                                                                                                 \
-        for (; i + 8 <= n; i += 8) {                                                                               \
-            const __m256 qv = _mm256_loadu_ps(q + i);                                                              \
-            RLXC_UNROLL for (int r = 0; r < 4; r++)                                                                \
-                acc[r] = _mm256_fmadd_ps(qv, LOAD8(k + (size_t)r * n + i), acc[r]);                               \
-        }                                                                                                          \
-        for (int r = 0; r < 4; r++) {                                                                              \
-            s[r] = rlxc_hsum256(acc[r]);                                                                           \
-            for (int d = i; d < n; d++) s[r] += q[d] * LOAD1(k[(size_t)r * n + d]);                                \
-        }                                                                                                          \
-    }                                                                                                              \
-    /* out[0..n) += p[0] * v[0][..] + ... + p[3] * v[3][..]: four keys per pass over out. */                      \
-    RLXC_INLINE void name##_axpy4(float *out, const float *p, const T *v, int n) {                                 \
-        const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]);                                        \
-        const __m256 p2 = _mm256_set1_ps(p[2]), p3 = _mm256_set1_ps(p[3]);                                        \
-        int i = 0;                                                                                                 \
-        for (; i + 8 <= n; i += 8) {                                                                               \
-            __m256 o = _mm256_loadu_ps(out + i);                                                                   \
-            o = _mm256_fmadd_ps(p0, LOAD8(v + i), o);                                                              \
-            o = _mm256_fmadd_ps(p1, LOAD8(v + n + i), o);                                                          \
-            o = _mm256_fmadd_ps(p2, LOAD8(v + 2 * (size_t)n + i), o);                                              \
-            o = _mm256_fmadd_ps(p3, LOAD8(v + 3 * (size_t)n + i), o);                                              \
-            _mm256_storeu_ps(out + i, o);                                                                          \
-        }                                                                                                          \
-        for (; i < n; i++)                                                                                         \
-            out[i] += p[0] * LOAD1(v[i]) + p[1] * LOAD1(v[n + i]) + p[2] * LOAD1(v[2 * (size_t)n + i]) +            \
-                      p[3] * LOAD1(v[3 * (size_t)n + i]);                                                          \
-    }                                                                                                              \
-    void name(float *out, const float *q, const T *k, const T *v, int head_dim, int n_keys, float scale,           \
-              float softcap, float *s) {                                                                           \
-        int j = 0;                                                                                                 \
-        for (; j + 4 <= n_keys; j += 4) {                                                                          \
-            name##_dots4(s + j, q, k + (size_t)j * head_dim, head_dim);                                            \
-            RLXC_UNROLL for (int r = 0; r < 4; r++) s[j + r] *= scale;                                             \
-        }                                                                                                          \
-        for (; j < n_keys; j++) s[j] = scale * name##_dot(q, k + (size_t)j * head_dim, head_dim);                  \
-        if (softcap > 0.0f) rlxc_softcap_avx2(s, softcap, n_keys);                                                 \
-        const float inv = 1.0f / softmax_unnormalized(s, n_keys);                                                  \
-        for (int i = 0; i < head_dim; i++) out[i] = 0.0f;                                                          \
-        for (j = 0; j + 4 <= n_keys; j += 4) name##_axpy4(out, s + j, v + (size_t)j * head_dim, head_dim);             \
-        for (; j < n_keys; j++) {                                                                                  \
-            const T *vj = v + (size_t)j * head_dim;                                                                \
-            for (int i = 0; i < head_dim; i++) out[i] += s[j] * LOAD1(vj[i]);                                      \
-        }                                                                                                          \
-        rlxc_scale_avx2(out, inv, head_dim);                                                                       \
+/* Lanes of the chunk at j that fall in [lo, hi). */
+RLXC_INLINE __m256i lanes_in(int j, int lo, int hi) {
+    const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(lo - 1)), _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), idx));
+}
+
+/* s[lo, hi) = exp(softcap(s) - max) in place (s holds scale * q.k); *m = the max, returns the sum. */
+static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), cap = _mm256_set1_ps(softcap);
+    __m256 mx = ninf;
+    for (int j = lo & ~7; j < hi; j += 8) {
+        const __m256i ok = lanes_in(j, lo, hi);
+        __m256 x = _mm256_maskload_ps(s + j, ok);
+        if (softcap > 0.0f) {
+            x = _mm256_mul_ps(cap, Sleef_tanhf8_u10avx2(_mm256_div_ps(x, cap)));
+            _mm256_maskstore_ps(s + j, ok, x);
+        }
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(ok)));
     }
-
-/* s[j] = exp(s[j] - max s); returns their sum. */
-static float softmax_unnormalized(float *s, int n_keys) {
-    __m256 mv = _mm256_set1_ps(-INFINITY);
-    int j = 0;
-    for (; j + 8 <= n_keys; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
-    float m = rlxc_hmax256(mv);
-    for (; j < n_keys; j++) m = s[j] > m ? s[j] : m;
-
-    mv = _mm256_set1_ps(m);
+    *m = rlxc_hmax256(mx);
+    const __m256 mv = _mm256_set1_ps(*m);
     __m256 sum = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n_keys; j += 8) {
-        const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-        _mm256_storeu_ps(s + j, e);
+    for (int j = lo & ~7; j < hi; j += 8) {
+        const __m256i ok = lanes_in(j, lo, hi);
+        const __m256 x = _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + j, ok), _mm256_castsi256_ps(ok));
+        const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(x, mv));
+        _mm256_maskstore_ps(s + j, ok, e);
         sum = _mm256_add_ps(sum, e);
-    }
-    if (j < n_keys) { /* tail padded with -inf, whose exp adds nothing to the sum */
-        float buf[8];
-        for (int i = 0; i < 8; i++) buf[i] = j + i < n_keys ? s[j + i] : -INFINITY;
-        const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(buf), mv));
-        _mm256_storeu_ps(buf, e);
-        sum = _mm256_add_ps(sum, e);
-        for (int i = 0; j + i < n_keys; i++) s[j + i] = buf[i];
     }
     return rlxc_hsum256(sum);
 }
 
-/* A GQA group: the scores of up to 4 heads per pass over K (each chunk of a key row converted
- * once, four FMA chains), a softmax per head, then V read once: each chunk of four value rows
- * converted once and added into every head's output. */
-#define DEFINE_ATTN_GROUP_AVX2(name, head, T, LOAD8, LOAD1)                                                        \
-    void name(float *out, const float *q, const T *k, const T *v, int G, int hd, int n, float scale, float softcap, \
-              float *s) {                                                                                          \
-        if (hd % 8) { /* rows not in whole chunks: head by head */                                                 \
-            for (int g = 0; g < G; g++) head(out + (size_t)g * hd, q + (size_t)g * hd, k, v, hd, n, scale, softcap, s); \
-            return;                                                                                                \
-        }                                                                                                          \
-        for (int g0 = 0; g0 < G; g0 += 4) {                                                                        \
-            const int gn = G - g0 < 4 ? G - g0 : 4;                                                                \
-            const float *qg = q + (size_t)g0 * hd;                                                                 \
-            for (int j = 0; j < n; j++) {                                                                          \
-                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
-                const T *kj = k + (size_t)j * hd;                                                                  \
-                for (int i = 0; i < hd; i += 8) {                                                                  \
-                    const __m256 kv = LOAD8(kj + i);                                                               \
-                    for (int r = 0; r < gn; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + (size_t)r * hd + i), kv, acc[r]); \
-                }                                                                                                  \
-                for (int r = 0; r < gn; r++) s[(size_t)(g0 + r) * n + j] = scale * rlxc_hsum256(acc[r]);           \
+#define DEFINE_ATTN_BLOCK_AVX2(type, T, LOAD8, LOAD1)                                                              \
+    /* s[r][c] = q_r . k_c for R queries x C keys (R, C <= 4 after inlining): one chain per pair. */               \
+    RLXC_INLINE void type##_dots(float *s, int lds, const float *q, const T *k, int hd, const int R, const int C) { \
+        __m256 acc[4][4];                                                                                          \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(); \
+        int i = 0;                                                                                                 \
+        for (; i + 8 <= hd; i += 8) {                                                                              \
+            __m256 kv[4];                                                                                          \
+            RLXC_UNROLL for (int c = 0; c < C; c++) kv[c] = LOAD8(k + (size_t)c * hd + i);                          \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
+                const __m256 qv = _mm256_loadu_ps(q + (size_t)r * hd + i);                                         \
+                RLXC_UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);          \
             }                                                                                                      \
         }                                                                                                          \
-        float inv[G];                                                                                              \
-        for (int g = 0; g < G; g++) {                                                                              \
-            if (softcap > 0.0f) rlxc_softcap_avx2(s + (size_t)g * n, softcap, n);                                  \
-            inv[g] = 1.0f / softmax_unnormalized(s + (size_t)g * n, n);                                            \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) {                          \
+            float x = rlxc_hsum256(acc[r][c]);                                                                     \
+            for (int d = i; d < hd; d++) x += q[(size_t)r * hd + d] * LOAD1(k[(size_t)c * hd + d]);                \
+            s[(size_t)r * lds + c] = x;                                                                            \
         }                                                                                                          \
-        for (size_t i = 0; i < (size_t)G * hd; i++) out[i] = 0.0f;                                                 \
-        int j = 0;                                                                                                 \
-        for (; j + 4 <= n; j += 4) { /* four value rows converted once per chunk, for every head */                \
-            const T *vj = v + (size_t)j * hd;                                                                      \
-            for (int i = 0; i < hd; i += 8) {                                                                      \
-                __m256 vv[4];                                                                                      \
-                RLXC_UNROLL for (int x = 0; x < 4; x++) vv[x] = LOAD8(vj + (size_t)x * hd + i);                    \
-                for (int g = 0; g < G; g++) {                                                                      \
-                    const float *pg = s + (size_t)g * n + j;                                                       \
-                    float *o = out + (size_t)g * hd + i;                                                           \
-                    __m256 acc = _mm256_loadu_ps(o);                                                               \
-                    RLXC_UNROLL for (int x = 0; x < 4; x++) acc = _mm256_fmadd_ps(_mm256_set1_ps(pg[x]), vv[x], acc); \
-                    _mm256_storeu_ps(o, acc);                                                                      \
-                }                                                                                                  \
+    }                                                                                                              \
+    /* o[r][i..i+8*D) = sum over keys [a, b) of p[r][j] v_j, R <= 4 queries, D <= 2 chunks of 8. */               \
+    RLXC_INLINE void type##_values(float *o, const float *p, int ldp, const T *v, int hd, int i, int a, int b,     \
+                                   const int R, const int D) {                                                     \
+        __m256 acc[4][2];                                                                                          \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int x = 0; x < D; x++) acc[r][x] = _mm256_setzero_ps(); \
+        for (int j = a; j < b; j++) {                                                                              \
+            __m256 vv[2];                                                                                          \
+            RLXC_UNROLL for (int x = 0; x < D; x++) vv[x] = LOAD8(v + (size_t)j * hd + i + 8 * x);                 \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
+                const __m256 pr = _mm256_broadcast_ss(p + (size_t)r * ldp + j);                                    \
+                RLXC_UNROLL for (int x = 0; x < D; x++) acc[r][x] = _mm256_fmadd_ps(pr, vv[x], acc[r][x]);         \
             }                                                                                                      \
         }                                                                                                          \
-        for (; j < n; j++) {                                                                                       \
-            const T *vj = v + (size_t)j * hd;                                                                      \
-            for (int i = 0; i < hd; i += 8) {                                                                      \
-                const __m256 vv = LOAD8(vj + i);                                                                   \
-                for (int g = 0; g < G; g++) {                                                                      \
-                    float *o = out + (size_t)g * hd + i;                                                           \
-                    _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(s[(size_t)g * n + j]), vv, _mm256_loadu_ps(o))); \
-                }                                                                                                  \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int x = 0; x < D; x++)                            \
+            _mm256_storeu_ps(o + (size_t)r * hd + i + 8 * x, acc[r][x]);                                           \
+    }                                                                                                              \
+    void rlxc_attn_block_##type##_avx2(float *o, float *m, float *l, const float *q, int nq, const void *kp,       \
+                                       const void *vp, int n, int hd, const int *lo, const int *hi, float scale,   \
+                                       float softcap, float *s) {                                                  \
+        const T *k = kp, *v = vp;                                                                                  \
+        for (int r0 = 0; r0 < nq; r0 += 4) {                                                                       \
+            const int R = nq - r0 < 4 ? nq - r0 : 4;                                                               \
+            int a = n, b = 0; /* the keys any of these queries sees */                                             \
+            for (int r = r0; r < r0 + R; r++) {                                                                    \
+                a = lo[r] < a ? lo[r] : a;                                                                         \
+                b = hi[r] > b ? hi[r] : b;                                                                         \
             }                                                                                                      \
+            const float *qr = q + (size_t)r0 * hd;                                                                 \
+            float *sr = s + (size_t)r0 * n;                                                                        \
+            int j = a;                                                                                             \
+            if (R == 4)                                                                                            \
+                for (; j + 4 <= b; j += 4) type##_dots(sr + j, n, qr, k + (size_t)j * hd, hd, 4, 4);               \
+            for (; j < b; j++)                                                                                     \
+                for (int r = 0; r < R; r++) type##_dots(sr + (size_t)r * n + j, n, qr + (size_t)r * hd, k + (size_t)j * hd, hd, 1, 1); \
+            for (int r = r0; r < r0 + R; r++) {                                                                    \
+                float *sq = s + (size_t)r * n;                                                                     \
+                for (int x = lo[r]; x < hi[r]; x++) sq[x] *= scale;                                                \
+                l[r] = lo[r] < hi[r] ? softmax_row(sq, lo[r], hi[r], softcap, &m[r]) : 0.0f;                       \
+                if (lo[r] >= hi[r]) m[r] = -INFINITY;                                                              \
+                for (int x = a; x < lo[r]; x++) sq[x] = 0.0f; /* keys it does not see weigh 0 */                  \
+                for (int x = hi[r] > a ? hi[r] : a; x < b; x++) sq[x] = 0.0f;                                      \
+            }                                                                                                      \
+            float *orow = o + (size_t)r0 * hd;                                                                     \
+            int i = 0;                                                                                             \
+            if (R == 4) {                                                                                          \
+                for (; i + 16 <= hd; i += 16) type##_values(orow, sr, n, v, hd, i, a, b, 4, 2);                    \
+                for (; i + 8 <= hd; i += 8) type##_values(orow, sr, n, v, hd, i, a, b, 4, 1);                      \
+            } else {                                                                                               \
+                for (; i + 8 <= hd; i += 8)                                                                        \
+                    for (int r = 0; r < R; r++)                                                                    \
+                        type##_values(orow + (size_t)r * hd, sr + (size_t)r * n, n, v, hd, i, a, b, 1, 1);         \
+            }                                                                                                      \
+            for (int r = 0; r < R; r++)                                                                            \
+                for (int d = i; d < hd; d++) {                                                                     \
+                    float x = 0.0f;                                                                                \
+                    for (int jj = a; jj < b; jj++) x += sr[(size_t)r * n + jj] * LOAD1(v[(size_t)jj * hd + d]);    \
+                    orow[(size_t)r * hd + d] = x;                                                                  \
+                }                                                                                                  \
         }                                                                                                          \
-        for (int g = 0; g < G; g++) rlxc_scale_avx2(out + (size_t)g * hd, inv[g], hd);                             \
     }
 
-DEFINE_ATTN_HEAD_AVX2(rlxc_attn_head_avx2, float, LOAD8_F32, LOAD1_F32)
-DEFINE_ATTN_HEAD_AVX2(rlxc_attn_head_f16_avx2, rlxc_fp16, LOAD8_F16, LOAD1_F16)
-DEFINE_ATTN_GROUP_AVX2(rlxc_attn_group_avx2, rlxc_attn_head_avx2, float, LOAD8_F32, LOAD1_F32)
-DEFINE_ATTN_GROUP_AVX2(rlxc_attn_group_f16_avx2, rlxc_attn_head_f16_avx2, rlxc_fp16, LOAD8_F16, LOAD1_F16)
+DEFINE_ATTN_BLOCK_AVX2(f32, float, LOAD8_F32, LOAD1_F32)
+DEFINE_ATTN_BLOCK_AVX2(f16, rlxc_fp16, LOAD8_F16, LOAD1_F16)
+DEFINE_ATTN_BLOCK_AVX2(bf16, rlxc_bf16, LOAD8_BF16, LOAD1_BF16)

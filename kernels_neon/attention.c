@@ -1,9 +1,7 @@
-/* NEON single-head attention with an online softmax: one pass over the keys and values, four
- * keys at a time. Each block of 4 scores raises the running max m if needed (rescaling the
- * partial output and sum by exp(m_old - m_new)), then adds exp(s - m) * v for its keys.
- * K and V are each read once, whatever n_keys; scratch is not used. q is read until the last
- * block while out accumulates: one reason why out must not overlap q (kernels.h). One body
- * serves the f32 and the f16 KV cache: LOAD4 / LOAD1 turn 4 / 1 elements of a row into floats. */
+/* NEON attention over one block of keys (kernels.h: attn_block), one query at a time: dot
+ * products as one 4-lane FMA chain per key, a softmax over aligned 4-lane chunks (element j in
+ * lane j % 4, lanes outside [lo, hi) padded with -inf), values accumulated key by key. One
+ * body serves f32, f16 and bf16 rows: LOAD4 / LOAD1 turn 4 / 1 elements of a row into floats. */
 #include <sleef.h>
 
 #include "neon.h"
@@ -11,90 +9,79 @@
 #define LOAD4_F32(p) vld1q_f32(p)
 #define LOAD1_F32(x) (x)
 #define LOAD4_F16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)))
-#define LOAD1_F16(x) rlxc_fp16_to_f32(x)
+#define LOAD1_F16(x) rlxc_neon_h2f(x)
+#define LOAD4_BF16(p) vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16))
+#define LOAD1_BF16(x) rlxc_bf16_to_f32(x)
 
-/* Lanes of s past the first nk become -inf (after the softcap, which would map -inf to
- * -softcap): they raise no max and their exp is 0. */
-RLXC_INLINE float32x4_t scores4(float32x4_t s, const int nk, float scale, float softcap) {
-    s = vmulq_n_f32(s, scale);
-    if (softcap > 0.0f) {
-        const float32x4_t c = vdupq_n_f32(softcap);
-        s = vmulq_f32(c, Sleef_tanhf4_u10advsimd(vdivq_f32(s, c)));
-    }
-    static const uint32_t lane[4] = {0, 1, 2, 3};
-    return vbslq_f32(vcltq_u32(vld1q_u32(lane), vdupq_n_u32((uint32_t)nk)), s, vdupq_n_f32(-INFINITY));
+/* The chunk of s at j with lanes outside [lo, hi) set to -inf. */
+RLXC_INLINE float32x4_t chunk_in(const float *s, int j, int lo, int hi) {
+    float b[4];
+    for (int x = 0; x < 4; x++) b[x] = j + x >= lo && j + x < hi ? s[j + x] : -INFINITY;
+    return vld1q_f32(b);
 }
 
-/* Raises the running max to the block's (rescaling out and sum); returns exp(s - m) in p. */
-RLXC_INLINE void rescale(float *out, float *m, float *sum, float32x4_t s, int hd, float p[4]) {
-    const float bmax = vmaxvq_f32(s);
-    if (bmax > *m) {
-        if (*m != -INFINITY) { /* nothing accumulated yet otherwise */
-            const float c = expf(*m - bmax);
-            *sum *= c;
-            rlxc_scale_neon(out, c, hd);
+RLXC_INLINE void chunk_store(float *s, int j, int lo, int hi, float32x4_t v) {
+    float b[4];
+    vst1q_f32(b, v);
+    for (int x = 0; x < 4; x++)
+        if (j + x >= lo && j + x < hi) s[j + x] = b[x];
+}
+
+/* s[lo, hi) = exp(softcap(s) - max) in place; *m = the max, returns the sum. */
+static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
+    const float32x4_t cap = vdupq_n_f32(softcap);
+    float32x4_t mx = vdupq_n_f32(-INFINITY);
+    for (int j = lo & ~3; j < hi; j += 4) {
+        float32x4_t x = chunk_in(s, j, lo, hi);
+        if (softcap > 0.0f) {
+            x = vmulq_f32(cap, Sleef_tanhf4_u10advsimd(vdivq_f32(x, cap)));
+            chunk_store(s, j, lo, hi, x);
         }
-        *m = bmax;
+        mx = vmaxq_f32(mx, x);
     }
-    const float32x4_t e = Sleef_expf4_u10advsimd(vsubq_f32(s, vdupq_n_f32(*m)));
-    *sum += vaddvq_f32(e);
-    vst1q_f32(p, e);
+    *m = vmaxvq_f32(mx);
+    const float32x4_t mv = vdupq_n_f32(*m);
+    float32x4_t sum = vdupq_n_f32(0.0f);
+    for (int j = lo & ~3; j < hi; j += 4) {
+        const float32x4_t e = Sleef_expf4_u10advsimd(vsubq_f32(chunk_in(s, j, lo, hi), mv));
+        chunk_store(s, j, lo, hi, e);
+        sum = vaddq_f32(sum, e);
+    }
+    return vaddvq_f32(sum);
 }
 
-#define DEFINE_ATTN_HEAD_NEON(name, T, LOAD4, LOAD1)                                                             \
-    /* Raw scores q . k_i for the nk <= 4 keys at k (rows of hd), in lanes 0..nk-1 (others 0). */                \
-    RLXC_INLINE float32x4_t name##_dots4(const float *q, const T *k, int hd, const int nk) {                     \
-        float32x4_t acc[4];                                                                                      \
-        for (int i = 0; i < nk; i++) acc[i] = vdupq_n_f32(0.0f);                                                 \
-        int d = 0;                                                                                               \
-        for (; d + 4 <= hd; d += 4) {                                                                            \
-            const float32x4_t qv = vld1q_f32(q + d);                                                             \
-            for (int i = 0; i < nk; i++) acc[i] = vfmaq_f32(acc[i], qv, LOAD4(k + (size_t)i * hd + d));          \
-        }                                                                                                        \
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                   \
-        for (int i = 0; i < nk; i++) {                                                                           \
-            s[i] = vaddvq_f32(acc[i]);                                                                           \
-            for (int j = d; j < hd; j++) s[i] += q[j] * LOAD1(k[(size_t)i * hd + j]);                            \
-        }                                                                                                        \
-        return vld1q_f32(s);                                                                                     \
-    }                                                                                                            \
-    /* out[0..hd) += sum_i p[i] * v_i over the nk <= 4 value rows at v. */                                       \
-    RLXC_INLINE void name##_axpy4(float *out, const float p[4], const T *v, int hd, const int nk) {              \
-        int d = 0;                                                                                               \
-        for (; d + 4 <= hd; d += 4) {                                                                            \
-            float32x4_t o = vld1q_f32(out + d);                                                                  \
-            for (int i = 0; i < nk; i++) o = vfmaq_n_f32(o, LOAD4(v + (size_t)i * hd + d), p[i]);                \
-            vst1q_f32(out + d, o);                                                                               \
-        }                                                                                                        \
-        for (; d < hd; d++)                                                                                      \
-            for (int i = 0; i < nk; i++) out[d] += p[i] * LOAD1(v[(size_t)i * hd + d]);                          \
-    }                                                                                                            \
-    /* Folds the nk <= 4 keys at k, v into the running (m, sum, out). */                                       \
-    RLXC_INLINE void name##_absorb(float *out, float *m, float *sum, const float *q, const T *k, const T *v,     \
-                                   int hd, const int nk, float scale, float softcap) {                           \
-        float p[4];                                                                                              \
-        rescale(out, m, sum, scores4(name##_dots4(q, k, hd, nk), nk, scale, softcap), hd, p);                    \
-        name##_axpy4(out, p, v, hd, nk);                                                                         \
-    }                                                                                                            \
-    void name(float *out, const float *q, const T *k, const T *v, int head_dim, int n_keys, float scale,         \
-              float softcap, float *scratch) {                                                                   \
-        (void)scratch;                                                                                           \
-        float m = -INFINITY, sum = 0.0f;                                                                         \
-        for (int d = 0; d < head_dim; d++) out[d] = 0.0f;                                                        \
-        int j = 0;                                                                                               \
-        for (; j + 4 <= n_keys; j += 4) {                                                                        \
-            const size_t o = (size_t)j * head_dim;                                                               \
-            name##_absorb(out, &m, &sum, q, k + o, v + o, head_dim, 4, scale, softcap);                          \
-        }                                                                                                        \
-        if (j < n_keys) {                                                                                        \
-            const size_t o = (size_t)j * head_dim;                                                               \
-            name##_absorb(out, &m, &sum, q, k + o, v + o, head_dim, n_keys - j, scale, softcap);                 \
-        }                                                                                                        \
-        rlxc_scale_neon(out, 1.0f / sum, head_dim);                                                              \
+#define DEFINE_ATTN_BLOCK_NEON(type, T, LOAD4, LOAD1)                                                             \
+    RLXC_INLINE float type##_dot(const float *q, const T *k, int hd) {                                            \
+        float32x4_t acc = vdupq_n_f32(0.0f);                                                                      \
+        int d = 0;                                                                                                \
+        for (; d + 4 <= hd; d += 4) acc = vfmaq_f32(acc, vld1q_f32(q + d), LOAD4(k + d));                         \
+        float x = vaddvq_f32(acc);                                                                                \
+        for (; d < hd; d++) x += q[d] * LOAD1(k[d]);                                                              \
+        return x;                                                                                                 \
+    }                                                                                                             \
+    void rlxc_attn_block_##type##_neon(float *o, float *m, float *l, const float *q, int nq, const void *kp,      \
+                                       const void *vp, int n, int hd, const int *lo, const int *hi, float scale,  \
+                                       float softcap, float *s) {                                                 \
+        const T *k = kp, *v = vp;                                                                                 \
+        (void)n;                                                                                                  \
+        for (int r = 0; r < nq; r++) {                                                                            \
+            const float *qr = q + (size_t)r * hd;                                                                 \
+            float *orow = o + (size_t)r * hd;                                                                     \
+            for (int d = 0; d < hd; d++) orow[d] = 0.0f;                                                          \
+            m[r] = -INFINITY;                                                                                     \
+            l[r] = 0.0f;                                                                                          \
+            if (lo[r] >= hi[r]) continue;                                                                         \
+            for (int j = lo[r]; j < hi[r]; j++) s[j] = scale * type##_dot(qr, k + (size_t)j * hd, hd);            \
+            l[r] = softmax_row(s, lo[r], hi[r], softcap, &m[r]);                                                  \
+            for (int j = lo[r]; j < hi[r]; j++) {                                                                 \
+                const T *vj = v + (size_t)j * hd;                                                                 \
+                int d = 0;                                                                                        \
+                for (; d + 4 <= hd; d += 4) vst1q_f32(orow + d, vfmaq_n_f32(vld1q_f32(orow + d), LOAD4(vj + d), s[j])); \
+                for (; d < hd; d++) orow[d] += s[j] * LOAD1(vj[d]);                                               \
+            }                                                                                                     \
+        }                                                                                                         \
     }
 
-DEFINE_ATTN_HEAD_NEON(rlxc_attn_head_neon, float, LOAD4_F32, LOAD1_F32)
-DEFINE_ATTN_HEAD_NEON(rlxc_attn_head_f16_neon, rlxc_fp16, LOAD4_F16, LOAD1_F16)
-/* No group kernel of its own yet: one pass per query head of the group. */
-RLXC_DEFINE_ATTN_GROUP_BY_HEAD(neon, float, rlxc_attn_head_neon)
-RLXC_DEFINE_ATTN_GROUP_BY_HEAD(f16_neon, rlxc_fp16, rlxc_attn_head_f16_neon)
+DEFINE_ATTN_BLOCK_NEON(f32, float, LOAD4_F32, LOAD1_F32)
+DEFINE_ATTN_BLOCK_NEON(f16, rlxc_fp16, LOAD4_F16, LOAD1_F16)
+DEFINE_ATTN_BLOCK_NEON(bf16, rlxc_bf16, LOAD4_BF16, LOAD1_BF16)

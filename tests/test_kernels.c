@@ -575,95 +575,87 @@ static void test_rope(result *r, const rlxc_kernels *k) {
 
 /* ---- attention ---- */
 
-/* r[0]: attn_head on f32 rows; r[1]: attn_head_f16 on the same rows rounded to f16, against the
- * scalar f16 kernel, which must equal the scalar f32 kernel on the rounded values bit for bit. */
-static void test_attention(result *r, const rlxc_kernels *k) {
-    static const int hds[] = {1, 7, 8, 33, 64, 80, 128, 256};
-    static const int nks[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 100, 300};
-    r[0].name = "attn_head";
-    r[1].name = "attn_head_f16";
-    for (int a = 0; a < LEN(hds); a++)
-        for (int b = 0; b < LEN(nks); b++)
-            for (int cap = 0; cap < 2; cap++) {
-                const int hd = hds[a], nk = nks[b];
-                const size_t n = (size_t)nk * hd;
-                const float softcap = cap ? 5.0f : 0.0f, scale = 3.0f / sqrtf((float)hd);
-                float *q = xmalloc(hd * sizeof(float)), *kk = xmalloc(n * sizeof(float)), *v = xmalloc(n * sizeof(float));
-                rlxc_fp16 *k16 = xmalloc(n * sizeof(rlxc_fp16)), *v16 = xmalloc(n * sizeof(rlxc_fp16));
-                float *sref = xmalloc(nk * sizeof(float)), *sgot = xmalloc(nk * sizeof(float));
-                float *ref = guarded(hd), *got = guarded(hd), *sc = xmalloc(hd * sizeof(float));
-                fill(q, hd, -1, 1);
-                fill(kk, (int)n, -1, 1);
-                fill(v, (int)n, -2, 2);
-                for (int half = 0; half < 2; half++) {
-                    if (half) { /* the same rows rounded to f16 */
-                        for (size_t i = 0; i < n; i++) {
-                            k16[i] = rlxc_f32_to_fp16(kk[i]), kk[i] = rlxc_fp16_to_f32(k16[i]);
-                            v16[i] = rlxc_f32_to_fp16(v[i]), v[i] = rlxc_fp16_to_f32(v16[i]);
-                        }
-                        rlxc_kernels_scalar.attn_head(sc, q, kk, v, hd, nk, scale, softcap, sref);
-                        rlxc_kernels_scalar.attn_head_f16(ref, q, k16, v16, hd, nk, scale, softcap, sref);
-                        if (memcmp(sc, ref, hd * sizeof(float))) fail(&r[1], "scalar f16 != scalar f32 on the rounded rows, hd %d nk %d", hd, nk);
-                        k->attn_head_f16(got, q, k16, v16, hd, nk, scale, softcap, sgot);
-                    } else {
-                        rlxc_kernels_scalar.attn_head(ref, q, kk, v, hd, nk, scale, softcap, sref);
-                        k->attn_head(got, q, kk, v, hd, nk, scale, softcap, sgot);
-                    }
-                    double sum = 0;
-                    for (int j = 0; j < nk; j++) sum += sref[j]; /* the reference leaves exp(s - max) there */
-                    for (int d = 0; d < hd; d++) {
-                        double s = 0;
-                        for (int j = 0; j < nk; j++) s += sref[j] / sum * fabsf(v[(size_t)j * hd + d]);
-                        sc[d] = (float)s;
-                    }
-                    r[half].cases++;
-                    compare(&r[half], got, ref, sc, hd, hd, nk, cap);
-                    check_guards(&r[half], got, hd, hd, nk, cap);
-                }
-                free_guarded(ref);
-                free_guarded(got);
-                free(q), free(kk), free(v), free(k16), free(v16), free(sref), free(sgot), free(sc);
-            }
+/* x[0..n) stored as type t into y, and x replaced by the stored values. */
+static void round_rows(rlxc_wtype t, void *y, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (t == RLXC_F16) ((rlxc_fp16 *)y)[i] = rlxc_f32_to_fp16(x[i]), x[i] = rlxc_fp16_to_f32(((rlxc_fp16 *)y)[i]);
+        else if (t == RLXC_BF16) ((rlxc_bf16 *)y)[i] = rlxc_f32_to_bf16(x[i]), x[i] = rlxc_bf16_to_f32(((rlxc_bf16 *)y)[i]);
+        else ((float *)y)[i] = x[i];
+    }
 }
 
-/* attn_group (f32, then f16 rows) against the scalar attn_head of each query head: groups of
- * 1-9 heads (whole blocks of 4 and tails), head_dim with and without a tail of 8. */
-static void test_attn_group(result *r, const rlxc_kernels *k) {
-    static const int hds[] = {7, 16, 64, 256};
-    static const int nks[] = {1, 3, 4, 9, 100};
-    static const int gs[] = {1, 2, 3, 4, 5, 8, 9};
-    r[0].name = "attn_group";
-    r[1].name = "attn_group_f16";
+/* attn_block of each row type against the scalar twin: r[0] f32, r[1] f16, r[2] bf16. Random
+ * query ranges [lo, hi) (empty ones too) over 1-70 keys, 1-9 queries (whole tiles of 4 and
+ * tails), head_dim with and without tails of 8 / 16. Beside the tolerance: each query's bits
+ * are the same computed alone, in a call with more keys after its range, or with other
+ * queries (the property prefill == decode rests on), and the scalar f16 / bf16 kernels equal
+ * the scalar f32 kernel on the rounded rows bit for bit. */
+static void test_attn_block(result *r, const rlxc_kernels *k) {
+    static const int hds[] = {1, 7, 8, 16, 24, 33, 64, 80, 256};
+    static const int nks[] = {1, 2, 3, 4, 5, 9, 17, 64, 70};
+    static const int nqs[] = {1, 3, 4, 5, 8, 9};
+    static const rlxc_wtype types[] = {RLXC_F32, RLXC_F16, RLXC_BF16};
+    r[0].name = "attn_block_f32";
+    r[1].name = "attn_block_f16";
+    r[2].name = "attn_block_bf16";
     for (int a = 0; a < LEN(hds); a++)
         for (int b = 0; b < LEN(nks); b++)
-            for (int c = 0; c < LEN(gs); c++) {
-                const int hd = hds[a], nk = nks[b], G = gs[c], cap = (a + b + c) % 2;
-                const size_t n = (size_t)nk * hd;
+            for (int c = 0; c < LEN(nqs); c++) {
+                const int hd = hds[a], n = nks[b], nq = nqs[c], cap = (a + b + c) % 2, extra = 3;
+                const size_t nr = (size_t)(n + extra) * hd; /* rows past n: keys nobody sees */
                 const float softcap = cap ? 5.0f : 0.0f, scale = 3.0f / sqrtf((float)hd);
-                float *q = xmalloc((size_t)G * hd * sizeof(float)), *kk = xmalloc(n * sizeof(float));
-                float *v = xmalloc(n * sizeof(float)), *s = xmalloc((size_t)G * nk * sizeof(float));
-                rlxc_fp16 *k16 = xmalloc(n * sizeof(rlxc_fp16)), *v16 = xmalloc(n * sizeof(rlxc_fp16));
-                float *ref = guarded(G * hd), *got = guarded(G * hd), *sc = xmalloc((size_t)G * hd * sizeof(float));
-                fill(q, G * hd, -1, 1);
-                fill(kk, (int)n, -1, 1);
-                fill(v, (int)n, -2, 2);
-                for (size_t i = 0; i < n; i++) k16[i] = rlxc_f32_to_fp16(kk[i]), v16[i] = rlxc_f32_to_fp16(v[i]);
-                for (int half = 0; half < 2; half++) {
-                    for (int g = 0; g < G; g++) {
-                        float *o = ref + (size_t)g * hd;
-                        if (half) rlxc_kernels_scalar.attn_head_f16(o, q + (size_t)g * hd, k16, v16, hd, nk, scale, softcap, s);
-                        else rlxc_kernels_scalar.attn_head(o, q + (size_t)g * hd, kk, v, hd, nk, scale, softcap, s);
+                float *q = xmalloc((size_t)nq * hd * sizeof(float)), *kf = xmalloc(nr * sizeof(float));
+                float *vf = xmalloc(nr * sizeof(float)), *s = xmalloc((size_t)nq * (n + extra) * sizeof(float));
+                void *kt = xmalloc(nr * sizeof(float)), *vt = xmalloc(nr * sizeof(float));
+                float *ref = guarded(nq * (hd + 2)), *got = guarded(nq * (hd + 2)), *one = xmalloc((hd + 2) * sizeof(float));
+                float *sc = xmalloc((size_t)nq * (hd + 2) * sizeof(float));
+                int *lo = xmalloc(nq * sizeof(int)), *hi = xmalloc(nq * sizeof(int));
+                fill(q, nq * hd, -1, 1);
+                for (int i = 0; i < nq; i++) {
+                    lo[i] = (int)(rng_u64() % (n + 1));
+                    hi[i] = i % 5 == 4 ? lo[i] : lo[i] + (int)(rng_u64() % (n - lo[i] + 1));
+                }
+                for (int ti = 0; ti < LEN(types); ti++) {
+                    const rlxc_wtype t = types[ti];
+                    const rlxc_attn_block_fn ks[] = {k->attn_block_f32, k->attn_block_f16, k->attn_block_bf16};
+                    const rlxc_attn_block_fn refs[] = {rlxc_kernels_scalar.attn_block_f32,
+                                                       rlxc_kernels_scalar.attn_block_f16,
+                                                       rlxc_kernels_scalar.attn_block_bf16};
+                    fill(kf, (int)nr, -1, 1);
+                    fill(vf, (int)nr, -2, 2);
+                    round_rows(t, kt, kf, nr); /* kf, vf: the rounded values */
+                    round_rows(t, vt, vf, nr);
+                    float *ro = ref, *rm = ref + (size_t)nq * hd, *rl = rm + nq;
+                    float *go = got, *gm = got + (size_t)nq * hd, *gl = gm + nq;
+                    refs[ti](ro, rm, rl, q, nq, kt, vt, n, hd, lo, hi, scale, softcap, s);
+                    if (t != RLXC_F32) {
+                        rlxc_kernels_scalar.attn_block_f32(go, gm, gl, q, nq, kf, vf, n, hd, lo, hi, scale, softcap, s);
+                        if (memcmp(go, ro, (size_t)nq * (hd + 2) * sizeof(float)))
+                            fail(&r[ti], "scalar %s != scalar f32 on the rounded rows, hd %d n %d", r[ti].name, hd, n);
                     }
-                    if (half) k->attn_group_f16(got, q, k16, v16, G, hd, nk, scale, softcap, s);
-                    else k->attn_group(got, q, kk, v, G, hd, nk, scale, softcap, s);
-                    for (int i = 0; i < G * hd; i++) sc[i] = 2.0f; /* |v| <= 2: the outputs' scale */
-                    r[half].cases++;
-                    compare(&r[half], got, ref, sc, G * hd, hd, nk, G);
-                    check_guards(&r[half], got, G * hd, hd, nk, G);
+                    ks[ti](go, gm, gl, q, nq, kt, vt, n, hd, lo, hi, scale, softcap, s);
+                    for (int i = 0; i < nq; i++) { /* o and l relative to l * max |v|, m to the scores' size */
+                        for (int d = 0; d < hd; d++) sc[(size_t)i * hd + d] = 2.0f * (rl[i] > 1.0f ? rl[i] : 1.0f);
+                        sc[(size_t)nq * hd + i] = 3.0f * sqrtf((float)hd) * scale + 1.0f;
+                        sc[(size_t)nq * hd + nq + i] = rl[i] > 1.0f ? rl[i] : 1.0f;
+                    }
+                    r[ti].cases++;
+                    compare(&r[ti], got, ref, sc, nq * (hd + 2), hd, n, nq);
+                    check_guards(&r[ti], got, nq * (hd + 2), hd, n, nq);
+                    for (int i = 0; i < nq; i++) { /* query i alone, with keys past its block */
+                        ks[ti](one, one + hd, one + hd + 1, q + (size_t)i * hd, 1, kt, vt, n + extra, hd, lo + i, hi + i,
+                               scale, softcap, s);
+                        if (memcmp(one, go + (size_t)i * hd, hd * sizeof(float)) || memcmp(one + hd, gm + i, sizeof(float)) ||
+                            memcmp(one + hd + 1, gl + i, sizeof(float))) {
+                            fail(&r[ti], "query %d of (%d, %d, %d) alone differs from its bits among %d queries", i, hd, n,
+                                 nq, nq);
+                            break;
+                        }
+                    }
                 }
                 free_guarded(ref);
                 free_guarded(got);
-                free(q), free(kk), free(v), free(s), free(k16), free(v16), free(sc);
+                free(q), free(kf), free(vf), free(s), free(kt), free(vt), free(one), free(sc), free(lo), free(hi);
             }
 }
 
@@ -856,7 +848,7 @@ static int run_big(const char *isa) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 19)
+#define N_RESULTS (2 * N_WKINDS + 18)
 
 static int run_isa(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
@@ -873,8 +865,7 @@ static int run_isa(const char *isa) {
     test_x16(r++, k, W_Q8_0);
     test_norms(r, k), r += 2;
     test_rope(r++, k);
-    test_attention(r, k), r += 2;
-    test_attn_group(r, k), r += 2;
+    test_attn_block(r, k), r += 3;
     test_elementwise(r, k);
     return report(k, res, N_RESULTS);
 }

@@ -329,19 +329,13 @@ static PyObject *op_attention(PyObject *m, PyObject *args, PyObject *kw) {
     if (scaleo != Py_None && real_arg(scaleo, "scale", 1, &scale)) return NULL;
     npy_intp dims[2] = {nq, hd};
     PyArrayObject *out = new_array(2, dims, NPY_FLOAT32);
-    float *scores = malloc((size_t)S * sizeof(float));
-    if (!out || !scores) { Py_XDECREF(out); free(scores); return PyErr_NoMemory(); }
-    const int start = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, group = nq / nkv;
-    const float *qd = PyArray_DATA(q), *kd = PyArray_DATA(k), *vd = PyArray_DATA(v);
-    float *od = PyArray_DATA(out);
+    if (!out) return NULL;
+    int rc;
     Py_BEGIN_ALLOW_THREADS
-    for (int h = 0; h < nq; h++) {
-        const size_t base = ((size_t)(h / group) * S + start) * hd;
-        KN->attn_head(od + (size_t)h * hd, qd + (size_t)h * hd, kd + base, vd + base, hd, pos - start + 1,
-                      (float)scale, (float)softcap, scores);
-    }
+    rc = rlxc_attention(PyArray_DATA(out), PyArray_DATA(q), nq, PyArray_DATA(k), PyArray_DATA(v), nkv, S, hd, pos,
+                        window, (float)scale, (float)softcap);
     Py_END_ALLOW_THREADS
-    free(scores);
+    if (rc) { Py_DECREF(out); return PyErr_NoMemory(); }
     return (PyObject *)out;
 }
 

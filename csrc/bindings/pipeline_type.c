@@ -268,7 +268,7 @@ static PyObject *Pipeline_reset(PyObject *o, PyObject *noargs) {
     int rc = rlxc_pipeline_reset(self->p, err);
     pipeline_leave(self);
     if (rc) {
-        PyErr_SetString(PyExc_MemoryError, err);
+        PyErr_SetString(rc == -2 ? PyExc_MemoryError : PyExc_ValueError, err);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -282,12 +282,19 @@ static void kv_view_release(PyObject *capsule) {
 }
 
 static PyObject *kv_view(PipelineObject *self, const rlxc_kv_view *kv, void *base) {
-    const size_t elem = kv->type == RLXC_F16 ? 2 : 4;
-    npy_intp dims[3] = {kv->heads, kv->n, kv->dim};
-    npy_intp strides[3] = {(npy_intp)((size_t)kv->rows * kv->dim * elem), (npy_intp)(kv->dim * elem), (npy_intp)elem};
-    char *data = (char *)base + (size_t)kv->first * kv->dim * elem;
-    PyObject *a = PyArray_New(&PyArray_Type, 3, dims, kv->type == RLXC_F16 ? NPY_FLOAT16 : NPY_FLOAT32, strides, data,
-                              0, NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED, NULL);
+    /* f32 and f16 as numbers; bf16 (numpy has no such type) as its uint16 bits, q8_0 as the
+     * bytes of each row's blocks */
+    const int typenum = kv->type == RLXC_F32    ? NPY_FLOAT32
+                        : kv->type == RLXC_F16  ? NPY_FLOAT16
+                        : kv->type == RLXC_BF16 ? NPY_UINT16
+                                                : NPY_UINT8;
+    const size_t row = rlxc_wtype_row_bytes(kv->type, kv->dim);
+    const size_t elem = typenum == NPY_FLOAT32 ? 4 : typenum == NPY_UINT8 ? 1 : 2;
+    npy_intp dims[3] = {kv->heads, kv->n, (npy_intp)(row / elem)};
+    npy_intp strides[3] = {(npy_intp)((size_t)kv->rows * row), (npy_intp)row, (npy_intp)elem};
+    char *data = (char *)base + (size_t)kv->first * row;
+    PyObject *a = PyArray_New(&PyArray_Type, 3, dims, typenum, strides, data, 0, NPY_ARRAY_WRITEABLE | NPY_ARRAY_ALIGNED,
+                              NULL);
     PyObject *cap = a ? PyCapsule_New(data, "rlxc.kv_cache", kv_view_release) : NULL;
     if (!cap || PyCapsule_SetContext(cap, self)) {
         Py_XDECREF(cap);
@@ -431,8 +438,8 @@ static int Pipeline_set_kv_setting(PyObject *o, PyObject *v, void *c) {
         const char *s = str_arg(v, "kv_type");
         if (!s) return -1;
         const int wt = rlxc_wtype_from_name(s);
-        if (wt != RLXC_F32 && wt != RLXC_F16) {
-            PyErr_Format(PyExc_ValueError, "kv_type must be 'f32' or 'f16', got '%s'", s);
+        if (wt < 0) {
+            PyErr_Format(PyExc_ValueError, "kv_type must be 'f32', 'f16', 'bf16' or 'q8_0', got '%s'", s);
             return -1;
         }
         t = (rlxc_wtype)wt;
@@ -461,7 +468,8 @@ static PyObject *Pipeline_kv_bytes(PyObject *o, void *c) {
 
 static PyGetSetDef Pipeline_getset[] = {
     {"kv_type", Pipeline_kv_setting, Pipeline_set_kv_setting,
-     "How the KV cache stores K and V: 'f32' (exact, the default) or 'f16'. Takes effect at the next reset().",
+     "How the KV cache stores K and V: 'f32' (exact, the default), 'f16', 'bf16' or 'q8_0' (head_dim a multiple of 32). "
+     "Takes effect at the next reset().",
      (void *)0},
     {"kv_ring", Pipeline_kv_setting, Pipeline_set_kv_setting,
      "Windowed layers keep only their last sliding_window - 1 + ubatch positions (a ring) where that takes less "

@@ -498,7 +498,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
                        help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
         p.add_argument("--max-seq", type=int, default=None, help="KV-cache length (default: the model's context)")
-        p.add_argument("--kv-type", choices=["f32", "f16"], default=None,
+        p.add_argument("--kv-type", choices=["f32", "f16", "bf16", "q8_0"], default=None,
                        help="KV-cache storage (default: f16 for quantized models with q8 activations, else f32)")
 
     def activations(p: argparse.ArgumentParser) -> None:
@@ -523,7 +523,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", nargs="?", help="a GGUF file or HF folder to describe")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--max-seq", type=int, default=None, help="KV-cache length (default: the model's context)")
-    p.add_argument("--kv-type", choices=["f32", "f16"], default=None, help="KV-cache storage")
+    p.add_argument("--kv-type", choices=["f32", "f16", "bf16", "q8_0"], default=None, help="KV-cache storage")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("run", parents=[common], help="generate text from a prompt (streamed), then tokens/s",

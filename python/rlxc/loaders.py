@@ -34,7 +34,7 @@ from .gguf import GGUFWriter as _Writer  # noqa: F401 (the writer's name before 
 from .gguf_model import GGUFFile, gguf_hf_config, gguf_hf_state_dict, gguf_layer_fields, model_from_gguf, read_gguf
 from .gguf_save import save
 from .hf_folder import model_from_folder
-from .model import Model
+from .model import KV_TYPE_BYTES, Model
 from .safetensors import SafetensorsFile, read_safetensors
 from .wtypes import RLXC_WTYPES, dequantize, engine_wtypes, row_bytes, wtype_of
 
@@ -60,7 +60,7 @@ def load(path: str | os.PathLike[str], weights: str | None = None, threads: int 
             the model's own context length, lowered with a warning where its KV cache would
             take more than half of this machine's memory; the cache's pages fill as the
             sequence grows). tokenizer: attach ``model.tokenizer``.
-        kv_type: "f32" or "f16" (:attr:`rlxc.Model.kv_type`); default f16 for a model with
+        kv_type: "f32", "f16", "bf16" or "q8_0" (:attr:`rlxc.Model.kv_type`); default f16 for a model with
             quantized matrices run with ``activations="q8"`` (as llama.cpp), else f32.
         activations: "q8" or "f32", how quantized matrices meet the activations
             (:attr:`rlxc.Model.activations`; settable later).
@@ -83,8 +83,8 @@ def load(path: str | os.PathLike[str], weights: str | None = None, threads: int 
     """
     if activations not in ("q8", "f32"):
         raise ValueError(f"activations must be 'q8' or 'f32', got {activations!r}")
-    if kv_type not in (None, "f32", "f16"):
-        raise ValueError(f"kv_type must be 'f32', 'f16' or None, got {kv_type!r}")
+    if kv_type is not None and kv_type not in KV_TYPE_BYTES:
+        raise ValueError(f"kv_type must be one of {', '.join(map(repr, KV_TYPE_BYTES))} or None, got {kv_type!r}")
     model = _load_path(os.fspath(path), weights, threads, max_seq, tokenizer, bool(mmap))
     model.activations = activations
     if kv_type is None:

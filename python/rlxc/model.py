@@ -111,6 +111,15 @@ def _engine_matrix(m: np.ndarray | QuantMatrix) -> tuple[np.ndarray, str]:
     return np.ascontiguousarray(m, dtype=np.float32), "f32"
 
 
+#: Bytes per K or V value of each KV-cache type (q8_0: 34 bytes per block of 32).
+KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}
+
+
+def _check_kv_type(value: object) -> None:
+    if value not in KV_TYPE_BYTES:
+        raise ValueError(f"kv_type must be one of {', '.join(map(repr, KV_TYPE_BYTES))}, got {value!r}")
+
+
 class Model:
     """A causal LM on the rlxc engine.
 
@@ -223,8 +232,7 @@ class Model:
         self._activations: Literal["q8", "f32"] = "q8"
         self.activations = activations
         self._taps = interp.Taps(self)
-        if kv_type not in ("f32", "f16"):
-            raise ValueError(f"kv_type must be 'f32' or 'f16', got {kv_type!r}")
+        _check_kv_type(kv_type)
         if not isinstance(ubatch, (int, np.integer)) or isinstance(ubatch, bool) or ubatch < 1:
             raise ValueError(f"ubatch must be an int >= 1, got {ubatch!r}")
         self._kv: dict[str, Any] = {"kv_type": kv_type, "kv_ring": bool(kv_ring), "ubatch": int(ubatch)}
@@ -310,14 +318,21 @@ class Model:
 
     @property
     def kv_type(self) -> str:
-        """How the KV cache stores K and V: ``"f32"`` (exact) or ``"f16"`` (half the memory,
-        llama.cpp's default; ~1e-3 relative on the attention output). Setting it empties the cache."""
+        """How the KV cache stores K and V: ``"f32"`` (exact), ``"f16"`` (half the memory,
+        llama.cpp's default; ~1e-3 relative on the attention output), ``"bf16"`` (half, with
+        f32's range and 8 bits of mantissa) or ``"q8_0"`` (blocks of 32 int8 with an f16 scale,
+        8.5 bits a value as llama.cpp's ``-ctk q8_0 -ctv q8_0``; head_dim a multiple of 32).
+        Setting it empties the cache; :meth:`kv_cache` views show bf16 as its uint16 bits and
+        q8_0 as the bytes of each row's blocks."""
         return cast(str, self._kv["kv_type"])
 
     @kv_type.setter
     def kv_type(self, value: str) -> None:
-        if value not in ("f32", "f16"):
-            raise ValueError(f"kv_type must be 'f32' or 'f16', got {value!r}")
+        _check_kv_type(value)
+        for i, l in enumerate(self.layers):
+            if value == "q8_0" and int(l.kv_shared_from) < 0 and int(l.head_dim) % 32:
+                raise ValueError(f"kv_type q8_0 stores K/V in blocks of 32: layer {i}'s head_dim {int(l.head_dim)} "
+                                 "is not a multiple of 32 (use f16)")
         self._set_kv("kv_type", value)
 
     @property
@@ -349,12 +364,12 @@ class Model:
         """KV-cache bytes: ``per_token`` (each position of the layers that keep every position),
         ``windowed`` (the rings of windowed layers, fixed), ``at_max_seq`` (everything at
         ``max_seq`` tokens: what is reserved; pages fill as positions do)."""
-        elem = 2 if self.kv_type == "f16" else 4
+        elem = KV_TYPE_BYTES[self.kv_type]
         per_token = windowed = 0
         for l in self.layers:
             if int(l.kv_shared_from) >= 0:
                 continue
-            row = 2 * int(l.num_kv_heads) * int(l.head_dim) * elem
+            row = int(2 * int(l.num_kv_heads) * int(l.head_dim) * elem)
             W = int(l.sliding_window)
             if self.kv_ring and W > 0 and 2 * W - 2 + self.ubatch < self.max_seq:
                 windowed += (2 * W - 2 + self.ubatch) * row  # cells W - 1 + ubatch, W - 1 of them mirrored
@@ -561,9 +576,10 @@ class Model:
         self._taps.clear_patches()
 
     def kv_cache(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer ``layer``'s cached (k, v): writable float32 views [num_kv_heads, n_past, head_dim]
-        (K after k-norm and RoPE). Editing them changes what the next tokens attend to. A layer that
-        reads another's K/V returns that layer's arrays."""
+        """Layer ``layer``'s cached (k, v): writable views [num_kv_heads, n_past, head_dim] in the
+        cache's :attr:`kv_type` (float32 / float16; bf16 as uint16 bits, q8_0 as [.., .., row
+        bytes] uint8 blocks), K after k-norm and RoPE. Editing them changes what the next tokens
+        attend to. A layer that reads another's K/V returns that layer's arrays."""
         return cast(tuple[np.ndarray, np.ndarray], self.pipeline.kv_cache(layer))
 
     def save_state(self) -> interp.ModelState:
