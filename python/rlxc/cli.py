@@ -34,7 +34,7 @@ from .report import hf_reference
 
 __all__ = ["main", "build_demo_layers"]
 
-COMMANDS = ("demo", "info", "run", "compare", "bench", "quantize")
+COMMANDS = ("demo", "info", "run", "compare", "bench", "quantize", "perplexity")
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. The history of the printing press"
 
 
@@ -472,6 +472,45 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perplexity(args: argparse.Namespace) -> int:
+    from .evaluate import perplexity
+
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise CLIError(f"{args.file} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not text:
+        raise CLIError(f"{args.file} is empty")
+    if args.ctx < 4:
+        raise CLIError(f"--ctx must be >= 4, got {args.ctx}")
+    args.max_seq = args.max_seq or args.ctx  # a window's cache is all it needs
+    model = _load(args, args.model, args.weights)
+    if model.tokenizer is None:
+        raise CLIError(f"{args.model} has no tokenizer to read the text with")
+    bar = None
+
+    def progress(n: int) -> Any:
+        nonlocal bar
+        bar = _bar(args, total=n, desc="perplexity", unit="window")
+        return bar
+
+    try:
+        r = perplexity(model, text, args.ctx, windows=args.windows, progress=progress)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "file": args.file, "activations": model.activations,
+                       "kv_type": model.kv_type, **r.as_dict()}, f, indent=1)
+    print(f"perplexity: {r.ppl:.4f} +/- {r.ppl_stderr:.4f} over {r.tokens} tokens ({r.windows} windows of {r.ctx}, "
+          f"second halves scored); {r.tokens_per_s:.1f} tokens/s")
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 def _parser() -> argparse.ArgumentParser:
@@ -578,6 +617,20 @@ def _parser() -> argparse.ArgumentParser:
     threads(p)
     activations(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("perplexity", parents=[common], help="perplexity of a text file, as llama-perplexity",
+                       description="Tokenizes FILE (UTF-8) once, cuts it into windows of --ctx tokens (each starting "
+                       "with BOS where the tokenizer adds one), runs each from an empty cache and scores its second "
+                       "half: llama.cpp's llama-perplexity conventions, so the numbers compare.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("-f", "--file", required=True, help="UTF-8 text file")
+    p.add_argument("-c", "--ctx", type=int, default=512, help="tokens per window (default 512)")
+    p.add_argument("--windows", type=int, default=None, help="score at most this many windows")
+    p.add_argument("--json", metavar="OUT", help="also write the result as JSON to OUT")
+    convert(p)
+    threads(p)
+    activations(p)
+    p.set_defaults(func=cmd_perplexity)
 
     p = sub.add_parser("quantize", parents=[common], help="HF folder or GGUF in, quantized GGUF out",
                        description="rlxc.load(IN, weights=TYPE) then rlxc.save(OUT): layer matrices and the lm_head "

@@ -20,13 +20,15 @@ raises ValueError. Logits containing NaN raise ValueError in :func:`sample`.
 
 from __future__ import annotations
 
+import math
 import numbers
 import sys
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["generate", "generate_ids", "sample", "SamplingParams", "checked_sampling", "token_ids"]
+__all__ = ["generate", "generate_ids", "sample", "SamplingParams", "checked_sampling", "token_ids", "TokenLogprob",
+           "token_logprob", "Stream"]
 
 _SEED_OBJECTS = (np.random.Generator, np.random.BitGenerator, np.random.SeedSequence)
 _NORMAL_MIN = sys.float_info.min  # the smallest positive normal double
@@ -207,10 +209,32 @@ def _prompt_ids(model: Any, prompt: Any, add_special: bool | None) -> list[int]:
     return [int(i) for i in token_ids(prompt, model.vocab_size, what)]
 
 
+class TokenLogprob(NamedTuple):
+    """A generated token's log-probability under the model (log softmax of its logits, before
+    any sampling transform) and the ``k`` most likely tokens at that step with theirs."""
+
+    id: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def token_logprob(logits: np.ndarray, tid: int, k: int) -> TokenLogprob:
+    """The TokenLogprob of choosing ``tid`` from ``logits`` (float64 log softmax)."""
+    x = np.asarray(logits, dtype=np.float64).reshape(-1)
+    m = float(x.max())
+    lp = x - (m + math.log(float(np.exp(x - m).sum())))
+    top = np.argpartition(-lp, k - 1)[:k] if 0 < k < len(lp) else np.arange(len(lp) if k > 0 else 0)
+    top = top[np.argsort(-lp[top], kind="stable")]
+    return TokenLogprob(int(tid), float(lp[tid]), [(int(i), float(lp[i])) for i in top])
+
+
 def generate_ids(model: Any, ids: Sequence[int], max_new_tokens: int, params: SamplingParams,
-                 eog: Iterable[int] = (), reset: bool = True) -> Iterator[int]:
+                 eog: Iterable[int] = (), reset: bool = True, logprobs: int | None = None,
+                 record: list[TokenLogprob] | None = None) -> Iterator[int]:
     """New token ids after prefilling ``ids`` (stops at an id in ``eog``, not yielded). The
-    arguments are checked here; the cache is reset and prefilled at the first ``next()``."""
+    arguments are checked here; the cache is reset and prefilled at the first ``next()``.
+    With ``logprobs`` = k >= 0, each yielded token's :class:`TokenLogprob` (with the top k) is
+    appended to ``record`` as it is yielded."""
     n = _count(max_new_tokens, "max_new_tokens")
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -221,11 +245,18 @@ def generate_ids(model: Any, ids: Sequence[int], max_new_tokens: int, params: Sa
     if model.max_seq - n_past - len(history) < 0:
         raise ValueError(f"the prompt ({len(history)} tokens) does not fit in max_seq={model.max_seq} "
                          f"(n_past={n_past})")
-    return _generate_ids(model, history, n, params, stop_ids, reset)
+    if logprobs is not None:
+        k = _integer(logprobs, "logprobs")
+        if k < 0:
+            raise ValueError(f"logprobs must be >= 0 (the number of alternatives), got {k}")
+        if record is None:
+            raise ValueError("logprobs needs a record list to append to")
+    return _generate_ids(model, history, n, params, stop_ids, reset, logprobs, record)
 
 
 def _generate_ids(model: Any, history: list[int], max_new_tokens: int, params: SamplingParams,
-                  eog: frozenset[int], reset: bool) -> Iterator[int]:
+                  eog: frozenset[int], reset: bool, logprobs: int | None = None,
+                  record: list[TokenLogprob] | None = None) -> Iterator[int]:
     if reset:
         model.reset()
     if max_new_tokens == 0:
@@ -235,6 +266,8 @@ def _generate_ids(model: Any, history: list[int], max_new_tokens: int, params: S
         tid = sample(logits, params, history)
         if tid in eog:
             return
+        if record is not None and logprobs is not None:
+            record.append(token_logprob(logits, tid, int(logprobs)))
         yield tid
         history.append(tid)
         if step + 1 == max_new_tokens:
@@ -296,7 +329,8 @@ def _stops(stop: Any) -> list[str]:
 
 def generate(model: Any, prompt: Any, max_new_tokens: int = 128, *, temperature: float = 0.0, top_k: int = 0,
              top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0, seed: Any = None,
-             stop: Any = None, stream: bool = False, add_special: bool | None = None, reset: bool = True) -> Any:
+             stop: Any = None, stream: bool = False, add_special: bool | None = None, reset: bool = True,
+             logprobs: int | None = None) -> Any:
     """See :meth:`rlxc.Model.generate`."""
     params = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty, seed)
     stream = _flag(stream, "stream")
@@ -307,9 +341,28 @@ def generate(model: Any, prompt: Any, max_new_tokens: int = 128, *, temperature:
     if stops and tok is None:
         raise ValueError("stop strings need model.tokenizer")
     ids = _prompt_ids(model, prompt, add_special)
-    gen = generate_ids(model, ids, max_new_tokens, params, tok.eog_ids if tok is not None else (), reset)
+    record: list[TokenLogprob] = []
+    gen = generate_ids(model, ids, max_new_tokens, params, tok.eog_ids if tok is not None else (), reset,
+                       logprobs, record)
     it: Iterator[Any] = gen if tok is None else _stream(tok, gen, stops)
     if stream:
-        return it
+        return it if logprobs is None else Stream(it, record)
     out = list(it)
-    return "".join(out) if tok is not None else out
+    result = "".join(out) if tok is not None else out
+    return result if logprobs is None else (result, record)
+
+
+class Stream(Iterator[Any]):
+    """A stream of text pieces (or ids) whose ``logprobs`` list grows with each generated token."""
+
+    def __init__(self, it: Iterator[Any], logprobs: list[TokenLogprob]) -> None:
+        self._it = it
+        self.logprobs = logprobs
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence, cast
 
 import numpy as np
 
-from . import archs, interp, ops
+from . import archs, evaluate, interp, ops
 from ._layer import Layer, Pipeline
 from ._rlxc import Engine
 from .generate import generate, token_ids
@@ -608,7 +608,7 @@ class Model:
     def generate(self, prompt: Any, max_new_tokens: int = 128, *, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  seed: int | None = None, stop: Any = None, stream: bool = False,
-                 add_special: bool | None = None, reset: bool = True) -> Any:
+                 add_special: bool | None = None, reset: bool = True, logprobs: int | None = None) -> Any:
         """Continue ``prompt`` (text, needing ``model.tokenizer``, or token ids). In a text prompt the
         special tokens written out (e.g. ``<start_of_turn>``) are parsed; ``add_special`` (default
         True) adds the tokenizer's BOS.
@@ -623,14 +623,32 @@ class Model:
         Every argument is checked by the call itself, streaming included: ValueError for a NaN,
         infinite, subnormal or out-of-range number or token id, TypeError for a float, str or
         bool where an integer is meant (see :mod:`rlxc.generate`).
+
+        ``logprobs=k`` (k >= 0) also gives each generated token's log-probability under the model
+        (log softmax of its logits, before temperature and the other sampling transforms) and
+        the k most likely tokens at that step: a :class:`rlxc.generate.TokenLogprob` per token
+        (``id``, ``logprob``, ``top`` [(id, logprob)]). Then the call returns ``(output,
+        logprobs)``, or with ``stream=True`` an iterator whose ``logprobs`` list grows as tokens
+        come (tokens whose text a stop string cut are in it too).
         """
         return generate(self, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                         top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed, stop=stop,
-                        stream=stream, add_special=add_special, reset=reset)
+                        stream=stream, add_special=add_special, reset=reset, logprobs=logprobs)
 
     def stream(self, prompt: Any, max_new_tokens: int = 128, **kw: Any) -> Any:
         """``generate(..., stream=True)``: an iterator over text pieces (or ids) as they come."""
         return self.generate(prompt, max_new_tokens, stream=True, **kw)
+
+    def logprobs(self, ids: Any) -> np.ndarray:
+        """log p(ids[i + 1] | ids[:i + 1]) for every i < len(ids) - 1, float64, from an empty
+        cache (:func:`rlxc.evaluate.logprobs`)."""
+        return evaluate.logprobs(self, ids)
+
+    def perplexity(self, text: Any, ctx: int = 512, *, windows: int | None = None,
+                   progress: Any = False) -> evaluate.Perplexity:
+        """Perplexity of a text (or token ids) over windows of ``ctx`` tokens, scoring each
+        window's second half as llama.cpp's llama-perplexity does (:func:`rlxc.evaluate.perplexity`)."""
+        return evaluate.perplexity(self, text, ctx, windows=windows, progress=progress)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """``model.tokenizer.encode`` (raises if the model has no tokenizer)."""

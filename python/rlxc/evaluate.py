@@ -1,0 +1,298 @@
+"""Measuring a model over text: per-token log-probabilities and perplexity.
+
+:func:`perplexity` follows llama.cpp's ``llama-perplexity`` so that the two numbers compare:
+the whole text is tokenized once (with the tokenizer's BOS), cut into non-overlapping windows
+of ``ctx`` tokens (the tail that does not fill a window is dropped), each window's first token
+replaced by BOS where the tokenizer adds one, the window run from an empty cache, and only its
+second half scored: the log-probability of token ``i + 1`` given tokens ``0..i`` for
+``ctx // 2 <= i < ctx - 1``. Perplexity is exp of the mean negative log-likelihood over every
+scored token; log-softmax is taken in float64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence, cast
+
+import numpy as np
+
+#: Rows of logits asked from the engine at once (a Gemma vocabulary of 262144 makes 64 rows 64 MiB).
+LOGIT_ROWS = 64
+
+
+def log_softmax_at(logits: np.ndarray, targets: Sequence[int] | np.ndarray) -> np.ndarray:
+    """log softmax(logits[i])[targets[i]] for each row, in float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(targets, dtype=np.int64)
+    if x.ndim != 2 or t.shape != (x.shape[0],):
+        raise ValueError(f"logits must be [n, vocab] and targets [n], got {x.shape} and {t.shape}")
+    m = x.max(axis=1)
+    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
+    return cast(np.ndarray, x[np.arange(len(t)), t] - lse)
+
+
+def _token_ids(model: Any, ids: Any, what: str) -> np.ndarray:
+    a = np.asarray(ids)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ValueError(f"{what} must be a 1-D sequence of token ids, got shape {a.shape} dtype {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= model.vocab_size):
+        raise ValueError(f"{what} must be in [0, {model.vocab_size}), got ids {int(a.min())}..{int(a.max())}")
+    return a.astype(np.int64)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return cast(np.ndarray, x - (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True))))
+
+
+def score_from(model: Any, ids: np.ndarray, first: int) -> np.ndarray:
+    """From an empty cache: log p(ids[i + 1] | ids[:i + 1]) for first <= i < len(ids) - 1."""
+    n = len(ids)
+    model.reset()
+    if first > 0:
+        model.prefill(ids[:first], logits="none")
+    out = []
+    for a in range(first, n - 1, LOGIT_ROWS):
+        b = min(a + LOGIT_ROWS, n - 1)
+        rows = np.asarray(model.prefill(ids[a:b], logits="all")).reshape(b - a, -1)
+        out.append(log_softmax_at(rows, ids[a + 1:b + 1]))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def logprobs(model: Any, ids: Any) -> np.ndarray:
+    """log p(ids[i + 1] | ids[:i + 1]) for every i < len(ids) - 1 (float64), from an empty cache
+    (the model's cache holds ``ids[:-1]`` afterwards)."""
+    a = _token_ids(model, ids, "ids")
+    if len(a) < 2:
+        raise ValueError(f"logprobs needs at least 2 token ids, got {len(a)}")
+    if len(a) - 1 > model.max_seq:
+        raise ValueError(f"{len(a)} ids do not fit in max_seq={model.max_seq}")
+    return score_from(model, a, 0)
+
+
+@dataclass
+class Perplexity:
+    """The result of :func:`perplexity`."""
+
+    ppl: float          #: exp(mean negative log-likelihood)
+    nll: float          #: mean negative log-likelihood (nats per token)
+    stderr: float       #: standard error of ``nll`` (as llama-perplexity's "+/-" is of the mean)
+    tokens: int         #: tokens scored
+    windows: int        #: windows run
+    ctx: int            #: tokens per window
+    seconds: float      #: wall time of the windows
+    per_window: list[float] = field(default_factory=list)  #: each window's mean NLL
+
+    @property
+    def ppl_stderr(self) -> float:
+        """The perplexity's standard error (llama-perplexity's ``+/-``): ppl * stderr(nll)."""
+        return self.ppl * self.stderr
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens run (windows x ctx) per second."""
+        return self.windows * self.ctx / self.seconds if self.seconds > 0 else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ppl": self.ppl, "ppl_stderr": self.ppl_stderr, "nll": self.nll, "nll_stderr": self.stderr,
+                "tokens": self.tokens, "windows": self.windows, "ctx": self.ctx, "seconds": self.seconds,
+                "tokens_per_s": self.tokens_per_s, "per_window_nll": self.per_window}
+
+    def __repr__(self) -> str:
+        return (f"Perplexity(ppl={self.ppl:.4f} +/- {self.ppl_stderr:.4f}, {self.tokens} tokens scored in "
+                f"{self.windows} windows of {self.ctx}, {self.tokens_per_s:.1f} tokens/s)")
+
+
+def _windows(model: Any, text: Any, ctx: Any, windows: int | None) -> tuple[np.ndarray, int, int | None]:
+    """The text's token ids, how many windows of ctx to run, and the BOS id a window starts with."""
+    if isinstance(ctx, bool) or not isinstance(ctx, (int, np.integer)) or ctx < 4:
+        raise ValueError(f"ctx must be an int >= 4, got {ctx!r}")
+    if ctx > model.max_seq:
+        raise ValueError(f"ctx={ctx} exceeds the model's max_seq={model.max_seq}")
+    if isinstance(text, str):
+        if not text:
+            raise ValueError("the text is empty")
+        if model.tokenizer is None:
+            raise ValueError("a text needs model.tokenizer (or pass token ids)")
+        ids = np.asarray(model.tokenizer.encode(text), dtype=np.int64)
+    else:
+        if np.size(text) == 0:
+            raise ValueError("the text is empty")
+        ids = _token_ids(model, text, "text ids")
+    if len(ids) < 2 * ctx:
+        raise ValueError(f"the text has {len(ids)} tokens: perplexity with ctx={ctx} needs at least {2 * ctx} "
+                         f"(two windows)")
+    if windows is not None and (isinstance(windows, bool) or int(windows) < 1):
+        raise ValueError(f"windows must be >= 1, got {windows!r}")
+    n = len(ids) // int(ctx) if windows is None else min(int(windows), len(ids) // int(ctx))
+    tok = model.tokenizer
+    bos = int(tok.bos_id) if tok is not None and getattr(tok, "add_bos", False) and tok.bos_id is not None else None
+    return ids, n, bos
+
+
+def _window(ids: np.ndarray, w: int, ctx: int, bos: int | None) -> np.ndarray:
+    window = ids[w * ctx:(w + 1) * ctx].copy()
+    if bos is not None:
+        window[0] = bos
+    return window
+
+
+def _progress_bar(progress: Any, n: int) -> Any:
+    if progress is True:
+        from tqdm import tqdm
+
+        return tqdm(total=n, desc="perplexity", unit="window", leave=False)
+    return progress(n) if callable(progress) else None
+
+
+def perplexity(model: Any, text: str | Sequence[int] | np.ndarray, ctx: int = 512, *, windows: int | None = None,
+               progress: Callable[[int], Any] | bool = False) -> Perplexity:
+    """Perplexity of ``text`` (a string, tokenized with the model's tokenizer, or token ids)
+    with llama-perplexity's conventions (module docstring). ``windows`` caps the number of
+    windows; ``progress`` True shows a tqdm bar (or pass a callable taking the window count
+    and returning a bar with ``update()``).
+
+    Raises ValueError for an empty text, one shorter than two windows (llama-perplexity's
+    minimum), ``ctx`` < 4 or beyond ``model.max_seq``."""
+    ids, n, bos = _windows(model, text, ctx, windows)
+    bar = _progress_bar(progress, n)
+    first = ctx // 2
+    nll: list[np.ndarray] = []
+    t0 = time.perf_counter()
+    try:
+        for w in range(n):
+            nll.append(-score_from(model, _window(ids, w, ctx, bos), first))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None and progress is True:
+            bar.close()
+    seconds = time.perf_counter() - t0
+    allv = np.concatenate(nll)
+    mean = float(allv.mean())
+    sd = float(math.sqrt(max(float((allv ** 2).mean()) - mean * mean, 0.0) / (len(allv) - 1)))
+    return Perplexity(ppl=math.exp(mean), nll=mean, stderr=sd, tokens=len(allv), windows=n, ctx=int(ctx),
+                      seconds=seconds, per_window=[float(v.mean()) for v in nll])
+
+
+@dataclass
+class Divergence:
+    """The result of :func:`kl_divergence`: how far ``other``'s next-token distributions are
+    from ``base``'s over the scored tokens, and where in the layers the two runs part."""
+
+    kl: float                 #: mean KL(base || other), nats per token
+    kl_stderr: float          #: its standard error
+    kl_quantiles: dict[str, float]  #: "median", "p90", "p99", "max" of the per-token KL
+    top1: float               #: fraction of scored tokens where both pick the same most likely token
+    ppl_base: float
+    ppl_other: float
+    tokens: int
+    windows: int
+    ctx: int
+    seconds: float
+    #: per layer: "rel_err" = ||other - base|| / ||base|| of its output residual over every
+    #: position run, "cosine" = the mean over positions of their cosine similarity
+    drift: list[dict[str, float]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kl": self.kl, "kl_stderr": self.kl_stderr, **{f"kl_{k}": v for k, v in self.kl_quantiles.items()},
+                "top1": self.top1, "ppl_base": self.ppl_base, "ppl_other": self.ppl_other, "tokens": self.tokens,
+                "windows": self.windows, "ctx": self.ctx, "seconds": self.seconds, "drift": self.drift}
+
+    def table(self) -> str:
+        """The per-layer drift as text, one row per layer."""
+        rows = [f"{'layer':>5} {'rel_err':>10} {'cosine':>10}"]
+        rows += [f"{d['layer']:>5} {d['rel_err']:>10.3e} {d['cosine']:>10.6f}" for d in self.drift]
+        return "\n".join(rows)
+
+    def plot(self, ax: Any = None) -> Any:
+        """The per-layer relative error on a log axis (matplotlib)."""
+        import matplotlib.pyplot as plt
+
+        ax = ax or plt.subplots(figsize=(7, 3))[1]
+        ax.semilogy([d["layer"] for d in self.drift], [d["rel_err"] for d in self.drift], "o-")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("residual rel. error vs base")
+        ax.set_title(f"KL {self.kl:.4g} nats/token, top-1 agreement {100 * self.top1:.2f} %")
+        return ax
+
+    def __repr__(self) -> str:
+        q = self.kl_quantiles
+        return (f"Divergence(kl={self.kl:.6f} +/- {self.kl_stderr:.6f} (median {q['median']:.3g}, p99 {q['p99']:.3g}, "
+                f"max {q['max']:.3g}), top1={100 * self.top1:.2f} %, ppl {self.ppl_base:.4f} -> {self.ppl_other:.4f}, "
+                f"{self.tokens} tokens)")
+
+
+def kl_divergence(base: Any, other: Any, text: str | Sequence[int] | np.ndarray, ctx: int = 512, *,
+                  windows: int | None = None, drift: bool = True,
+                  progress: Callable[[int], Any] | bool = False) -> Divergence:
+    """KL(base || other) of the next-token distributions over the tokens :func:`perplexity`
+    scores (same windows, text tokenized with ``base``'s tokenizer), top-1 agreement, both
+    perplexities, and with ``drift`` each layer's output residual of ``other`` against
+    ``base`` over every position run (models with the same layer count and width). ``other``
+    must be another model object: ``base.fork()`` gives the same weights under other settings
+    (``activations``, ``kv_type``)."""
+    if other is base:
+        raise ValueError("kl_divergence needs two model objects: use base.fork() for the same weights")
+    if base.vocab_size != other.vocab_size:
+        raise ValueError(f"the models' vocabularies differ: {base.vocab_size} vs {other.vocab_size} tokens")
+    if ctx > getattr(other, "max_seq", ctx):
+        raise ValueError(f"ctx={ctx} exceeds the other model's max_seq={other.max_seq}")
+    ids, n, bos = _windows(base, text, ctx, windows)
+    layers = len(base.layers)
+    if drift and (len(other.layers) != layers or
+                  any(int(a.hidden_size) != int(b.hidden_size) for a, b in zip(base.layers, other.layers))):
+        drift = False
+    names = [f"layers.{i}.resid_post" for i in range(layers)] if drift else []
+    sq_diff = np.zeros(layers)
+    sq_base = np.zeros(layers)
+    cos_sum = np.zeros(layers)
+    positions = 0
+    kls, nll_a, nll_b, agree = [], [], [], []
+    bar = _progress_bar(progress, n)
+    first, rows = ctx // 2, LOGIT_ROWS // 2
+    t0 = time.perf_counter()
+    try:
+        for w in range(n):
+            window = _window(ids, w, ctx, bos)
+            collect = (lambda m: m.collect(names)) if names else (lambda m: contextlib.nullcontext({}))
+            with collect(base) as ca, collect(other) as cb:
+                for m in (base, other):
+                    m.reset()
+                    m.prefill(window[:first], logits="none")
+                for a in range(first, ctx - 1, rows):
+                    b = min(a + rows, ctx - 1)
+                    la = _log_softmax(np.asarray(base.prefill(window[a:b], logits="all")).reshape(b - a, -1))
+                    lb = _log_softmax(np.asarray(other.prefill(window[a:b], logits="all")).reshape(b - a, -1))
+                    kls.append(np.sum(np.exp(la) * (la - lb), axis=1))
+                    t = np.arange(b - a), window[a + 1:b + 1]
+                    nll_a.append(-la[t])
+                    nll_b.append(-lb[t])
+                    agree.append(la.argmax(axis=1) == lb.argmax(axis=1))
+                for i, name in enumerate(names):
+                    xa, xb = np.asarray(ca[name], np.float64), np.asarray(cb[name], np.float64)
+                    xa, xb = xa.reshape(len(xa), -1), xb.reshape(len(xb), -1)
+                    sq_diff[i] += float(np.sum((xb - xa) ** 2))
+                    sq_base[i] += float(np.sum(xa ** 2))
+                    den = np.linalg.norm(xa, axis=1) * np.linalg.norm(xb, axis=1)
+                    cos_sum[i] += float(np.sum(np.sum(xa * xb, axis=1) / np.where(den > 0, den, 1.0)))
+                positions += ctx - 1 if names else 0
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None and progress is True:
+            bar.close()
+    kl = np.concatenate(kls)
+    q = np.quantile(kl, [0.5, 0.9, 0.99])
+    return Divergence(
+        kl=float(kl.mean()), kl_stderr=float(kl.std(ddof=1) / math.sqrt(len(kl))),
+        kl_quantiles={"median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]), "max": float(kl.max())},
+        top1=float(np.concatenate(agree).mean()), ppl_base=math.exp(float(np.concatenate(nll_a).mean())),
+        ppl_other=math.exp(float(np.concatenate(nll_b).mean())), tokens=len(kl), windows=n, ctx=int(ctx),
+        seconds=time.perf_counter() - t0,
+        drift=[{"layer": i, "rel_err": float(np.sqrt(sq_diff[i] / sq_base[i])) if sq_base[i] else 0.0,
+                "cosine": float(cos_sum[i] / positions)} for i in range(layers)] if names else [])
