@@ -55,6 +55,7 @@ typedef struct {
     int cells, rows, window; /* window 0: a full cache (cells == max_seq) */
 } rlxc_kv_cache;
 
+/* Every sequence's caches, under the current settings (-2: out of memory). */
 int rlxc_kv_alloc(rlxc_pipeline *p, char *err);
 void rlxc_kv_free(rlxc_pipeline *p);
 /* Before a call with an empty cache and no views out: rings re-sized where a window changed
@@ -125,7 +126,15 @@ struct rlxc_pipeline {
     rlxc_layer **layers;
     int n_layers, max_seq, n_threads, n_past;
     rlxc_act act;
-    rlxc_kv_cache *kv;
+    /* Independent sequences (rlxc_pipeline_set_seqs), each with its own caches: kv_all holds
+     * [n_seq][n_layers]; kv is the active sequence's, n_past its length, seq_past the others'. */
+    rlxc_kv_cache *kv, *kv_all;
+    int n_seq, seq;
+    int *seq_past;
+    /* A batch call (rlxc_model_decode_batch): token t belongs to sequence batch_seq[t], at
+     * position batch_pos[t]; NULL otherwise (the active sequence, positions pos0..). */
+    const int32_t *batch_seq;
+    int *batch_pos, cap_batch;
     rlxc_scratch s;
     size_t dq_stride;   /* floats of one thread's dq */
     size_t scores_stride; /* floats of one thread's attention scratch (scores) */
@@ -161,6 +170,10 @@ void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T,
  * [*r0, *r1) of each. No barrier after it. */
 void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
                          const rlxc_product *ps, int n, int *r0, int *r1);
+/* Layer li's cache (its own or the one it reads) for token t of a call. */
+rlxc_kv_cache *rlxc_kv_of(const rlxc_pipeline *p, int li, int t);
+/* Position of token t of a call that starts at pos0. */
+static inline int rlxc_pos_of(const rlxc_pipeline *p, int pos0, int t) { return p->batch_seq ? p->batch_pos[t] : pos0 + t; }
 /* A decode at pos: bounds, order and what the rings keep checked, then the cache rewound to pos
  * (*n_past: where it was, to restore if the call fails). */
 int rlxc_pipeline_seek(rlxc_pipeline *p, int pos, int *n_past, char *err);

@@ -45,15 +45,20 @@ size_t rlxc_pipeline_kv_bytes(const rlxc_pipeline *p) {
     size_t n = 0;
     for (int i = 0; i < p->n_layers; i++)
         if (p->layers[i]->kv_shared_from < 0) n += 2 * cache_bytes(p, i);
-    return n;
+    return n * (size_t)p->n_seq;
 }
 
 void rlxc_kv_free(rlxc_pipeline *p) {
-    for (int i = 0; p->kv && i < p->n_layers; i++) {
-        free(p->kv[i].k);
-        free(p->kv[i].v);
-        memset(&p->kv[i], 0, sizeof p->kv[i]);
+    for (size_t i = 0; p->kv_all && i < (size_t)p->n_seq * p->n_layers; i++) {
+        free(p->kv_all[i].k);
+        free(p->kv_all[i].v);
+        memset(&p->kv_all[i], 0, sizeof p->kv_all[i]);
     }
+}
+
+rlxc_kv_cache *rlxc_kv_of(const rlxc_pipeline *p, int li, int t) {
+    const int src = p->layers[li]->kv_shared_from >= 0 ? p->layers[li]->kv_shared_from : li;
+    return p->batch_seq ? &p->kv_all[(size_t)p->batch_seq[t] * p->n_layers + src] : &p->kv[src];
 }
 
 /* A block type stores whole blocks: head_dim must be a multiple of its block size. */
@@ -72,12 +77,14 @@ int rlxc_kv_alloc(rlxc_pipeline *p, char *err) {
     const size_t total = rlxc_pipeline_kv_bytes(p);
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0 && total > (size_t)pages * (size_t)page)
-        FAIL("the KV caches of max_seq=%d tokens need %.1f GB, more than this machine's %.1f GB of memory: lower "
-             "max_seq or use a smaller kv_type", p->max_seq, total / 1e9, (double)pages * page / 1e9);
+        FAIL("the KV caches of max_seq=%d tokens%s need %.1f GB, more than this machine's %.1f GB of memory: lower "
+             "max_seq or use a smaller kv_type", p->max_seq, p->n_seq > 1 ? " of every sequence" : "", total / 1e9,
+             (double)pages * page / 1e9);
     rlxc_kv_free(p);
-    for (int i = 0; i < p->n_layers; i++) {
+    for (size_t j = 0; j < (size_t)p->n_seq * p->n_layers; j++) {
+        const int i = (int)(j % p->n_layers);
         const rlxc_layer *l = p->layers[i];
-        rlxc_kv_cache *c = &p->kv[i];
+        rlxc_kv_cache *c = &p->kv_all[j];
         c->shared = l->kv_shared_from >= 0;
         if (c->shared) continue;
         /* calloc of a large block maps zero pages on demand: a long context costs memory as it fills */
@@ -115,6 +122,8 @@ int rlxc_pipeline_kv_reshaped(const rlxc_pipeline *p) {
 
 int rlxc_kv_refresh(rlxc_pipeline *p, char *err) {
     if (p->n_past || p->kv_exported || !rlxc_pipeline_kv_reshaped(p)) return 0;
+    for (int s = 0; s < p->n_seq; s++)
+        if (rlxc_pipeline_seq_past(p, s)) return 0; /* another sequence's tokens would be lost */
     for (int i = 0; i < p->n_layers; i++) {
         if (rlxc_layer_check_fields(p->layers[i], err)) return 0; /* the call's checks report it */
         /* K/V shapes, sharing and the settings change at reset() only, as they always did */

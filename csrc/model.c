@@ -218,3 +218,41 @@ int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *e
     m->p->n_past = n_past;
     return -1;
 }
+
+int rlxc_model_decode_batch(rlxc_model *m, const int32_t *seqs, const int32_t *ids, int B, float *logits, char *err) {
+    rlxc_pipeline *p = m->p;
+    if (B <= 0) FAIL("a batch needs at least one token, got B=%d", B);
+    if (B > p->n_seq) FAIL("a batch of %d tokens needs %d sequences, the model has %d", B, B, p->n_seq);
+    for (int i = 0; p->tap_fn && i <= p->n_layers; i++)
+        if (p->tap_masks[i]) FAIL("hooks, collected stages and patches do not run in a batch: decode one sequence at a time");
+    if (check_parts(m, err)) return -1;
+    for (int b = 0; b < B; b++) {
+        if (seqs[b] < 0 || seqs[b] >= p->n_seq) FAIL("sequence %d does not exist (the model has %d)", (int)seqs[b], p->n_seq);
+        for (int c = 0; c < b; c++)
+            if (seqs[c] == seqs[b]) FAIL("sequence %d appears twice in the batch", (int)seqs[b]);
+        if (rlxc_pipeline_seq_past(p, seqs[b]) >= p->max_seq)
+            FAIL("sequence %d is full (max_seq=%d)", (int)seqs[b], p->max_seq);
+        if (ids[b] < 0 || ids[b] >= m->parts.embed.rows)
+            FAIL("token id %d is outside the vocabulary [0, %d)", (int)ids[b], m->parts.embed.rows);
+        if (m->parts.ple_embed.data && ids[b] >= m->parts.ple_embed.rows)
+            FAIL("token id %d is past the per-layer embedding's %d rows", (int)ids[b], m->parts.ple_embed.rows);
+    }
+    if ((size_t)B * m->parts.lm_head.rows > RLXC_MAX_COUNT) FAIL("%d rows of logits exceed what one call can hold", B);
+    if (B > p->cap_batch) {
+        int *pos = realloc(p->batch_pos, (size_t)B * sizeof *pos);
+        if (!pos) FAIL("out of memory for a batch of %d", B);
+        p->batch_pos = pos, p->cap_batch = B;
+    }
+    p->seq_past[p->seq] = p->n_past;
+    for (int b = 0; b < B; b++) p->batch_pos[b] = p->seq_past[seqs[b]];
+    const size_t H = rlxc_pipeline_hidden_size(p);
+    if (rlxc_pipeline_begin(p, B, 2 * H + 2 * rlxc_pipeline_ple_stride(p), p->n_threads, err)) return -1;
+    if (p->act == RLXC_ACT_Q8) rlxc_weight_pack(&m->parts.lm_head, 1);
+    model_call c = {m, ids, B, 0, 0, B, logits, {NULL, NULL, NULL}, B};
+    p->batch_seq = seqs;
+    rlxc_team_run(p->n_threads, model_team, &c);
+    p->batch_seq = NULL;
+    for (int b = 0; b < B; b++) p->seq_past[seqs[b]]++;
+    p->n_past = p->seq_past[p->seq];
+    return 0;
+}

@@ -14,7 +14,9 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
 void rlxc_pipeline_free(rlxc_pipeline *p) {
     if (!p) return;
     rlxc_kv_free(p);
-    free(p->kv);
+    free(p->kv_all);
+    free(p->seq_past);
+    free(p->batch_pos);
     free(p->layers);
     free(p->s.act);
     free(p->s.xq);
@@ -35,9 +37,11 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
     p->max_seq = max_seq;
     p->n_threads = n_threads > 0 ? n_threads : rlxc_threads_default();
     p->layers = malloc(n_layers * sizeof *p->layers);
-    p->kv = calloc(n_layers, sizeof *p->kv);
+    p->kv = p->kv_all = calloc(n_layers, sizeof *p->kv);
+    p->n_seq = 1;
+    p->seq_past = calloc(1, sizeof *p->seq_past);
     p->tap_masks = calloc(n_layers + 1, sizeof *p->tap_masks);
-    if (!p->layers || !p->kv || !p->tap_masks) {
+    if (!p->layers || !p->kv || !p->seq_past || !p->tap_masks) {
         snprintf(err, RLXC_ERRLEN, "out of memory");
         rlxc_pipeline_free(p);
         return NULL;
@@ -64,8 +68,47 @@ rlxc_pipeline *rlxc_pipeline_create(rlxc_layer *const *layers, int n_layers, int
 
 int rlxc_pipeline_reset(rlxc_pipeline *p, char *err) {
     p->n_past = 0;
+    memset(p->seq_past, 0, (size_t)p->n_seq * sizeof *p->seq_past);
     return rlxc_pipeline_kv_reshaped(p) ? rlxc_kv_alloc(p, err) : 0;
 }
+
+int rlxc_pipeline_set_seqs(rlxc_pipeline *p, int n, char *err) {
+    if (n < 1 || n > RLXC_MAX_SEQS) FAIL("the number of sequences must be in [1, %d], got %d", RLXC_MAX_SEQS, n);
+    if (p->kv_exported) FAIL("kv_cache() views are out: release them before changing the number of sequences");
+    rlxc_kv_cache *kv = calloc((size_t)n * p->n_layers, sizeof *kv);
+    int *past = calloc(n, sizeof *past);
+    if (!kv || !past) {
+        free(kv), free(past);
+        FAIL("out of memory for %d sequences", n);
+    }
+    const int old = p->n_seq;
+    rlxc_kv_free(p);
+    free(p->kv_all), free(p->seq_past);
+    p->kv = p->kv_all = kv, p->seq_past = past, p->n_seq = n, p->seq = 0, p->n_past = 0;
+    const int rc = rlxc_kv_alloc(p, err);
+    if (rc && n != old) { /* back to the old count, empty, keeping the message */
+        char msg[RLXC_ERRLEN], again[RLXC_ERRLEN];
+        snprintf(msg, sizeof msg, "%s", err);
+        if (rlxc_pipeline_set_seqs(p, old, again)) rlxc_pipeline_set_seqs(p, 1, again);
+        snprintf(err, RLXC_ERRLEN, "%s", msg);
+    }
+    return rc;
+}
+
+int rlxc_pipeline_seqs(const rlxc_pipeline *p) { return p->n_seq; }
+int rlxc_pipeline_seq(const rlxc_pipeline *p) { return p->seq; }
+
+int rlxc_pipeline_use_seq(rlxc_pipeline *p, int s, char *err) {
+    if (s < 0 || s >= p->n_seq) FAIL("sequence %d does not exist: the pipeline has %d (set_seqs)", s, p->n_seq);
+    if (p->kv_exported) FAIL("kv_cache() views of sequence %d are out: release them before switching", p->seq);
+    p->seq_past[p->seq] = p->n_past;
+    p->seq = s;
+    p->kv = p->kv_all + (size_t)s * p->n_layers;
+    p->n_past = p->seq_past[s];
+    return 0;
+}
+
+int rlxc_pipeline_seq_past(const rlxc_pipeline *p, int s) { return s == p->seq ? p->n_past : p->seq_past[s]; }
 
 int rlxc_pipeline_set_n_past(rlxc_pipeline *p, int n, char *err) {
     if (n < 0 || n > p->max_seq) FAIL("n_past must be in [0, max_seq=%d], got %d", p->max_seq, n);
@@ -369,10 +412,10 @@ void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, 
     rlxc_linear_alike(tm, &in, ps, n, dq, r0, r1);
 }
 
-/* K/V head item j (token at pos, head h) into layer li's cache. */
-static void store_kv(rlxc_pipeline *p, int li, const bufs *b, size_t j, int pos, int h) {
+/* K/V head item j (token t at pos0 + t, or its batch position, head h) into layer li's cache. */
+static void store_kv(rlxc_pipeline *p, int li, const bufs *b, size_t j, int pos0, int t, int h) {
     const int hd = p->layers[li]->head_dim;
-    rlxc_kv_store(&p->kv[li], h, pos, b->k + j * hd, b->v + j * hd);
+    rlxc_kv_store(rlxc_kv_of(p, li, t), h, rlxc_pos_of(p, pos0, t), b->k + j * hd, b->v + j * hd);
 }
 
 /* Per-head work after the Q/K/V products, item by item: the T * nq query heads (q-norm, RoPE),
@@ -401,7 +444,7 @@ static void qkv_heads(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs 
         if (l->has_qk_norm) head_norm(l, k, &w[RLXC_W_K_NORM]);
         if (l->has_v_norm) head_norm(l, v, NULL);
         if (np) kn->rope(k, 1, hd, b->cs + t * np, b->sn + t * np, np, half);
-        store_kv(p, li, b, j, pos0 + (int)t, (int)h);
+        store_kv(p, li, b, j, pos0, (int)t, (int)h);
     }
 }
 
@@ -410,7 +453,7 @@ static void restore_kv(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs
     const int nkv = p->layers[li]->num_kv_heads;
     size_t a, e;
     rlxc_team_share(tm, (size_t)T * nkv, 1, &a, &e);
-    for (size_t j = a; j < e; j++) store_kv(p, li, b, j, pos0 + (int)(j / nkv), (int)(j % nkv));
+    for (size_t j = a; j < e; j++) store_kv(p, li, b, j, pos0, (int)(j / nkv), (int)(j % nkv));
 }
 
 /* The attention weights of one query over the n keys from row `row` of kv head h into pr[0..n)
@@ -431,16 +474,21 @@ static void head_probs(float *pr, const float *q, const rlxc_kv_cache *c, int h,
     for (int j = 0; j < n; j++) pr[j] /= sum;
 }
 
-/* Attention tile `it` of a call: (tokens of tile_tokens, kv head, part of its group). */
-static rlxc_attn_tile make_tile(const rlxc_layer *l, const rlxc_kv_cache *c, const bufs *b, int T, int pos0, int split,
-                                size_t it) {
+/* Tokens per attention tile of layer li in this call: one in a batch (each its own sequence). */
+static int tile_tokens_of(const rlxc_pipeline *p, const rlxc_layer *l) {
+    return p->batch_seq ? 1 : tile_tokens(l->num_q_heads / l->num_kv_heads);
+}
+
+/* Attention tile `it` of a call: (tokens of tile_tokens_of, kv head, part of its group). */
+static rlxc_attn_tile make_tile(const rlxc_pipeline *p, int li, const bufs *b, int T, int pos0, int split, size_t it) {
+    const rlxc_layer *l = p->layers[li];
     const int nkv = l->num_kv_heads, hd = l->head_dim, nq = l->num_q_heads, group = nq / nkv, gh = group / split;
-    const int tt = tile_tokens(group), t0 = (int)(it / ((size_t)nkv * split)) * tt;
+    const int tt = tile_tokens_of(p, l), t0 = (int)(it / ((size_t)nkv * split)) * tt;
     const int kvh = (int)(it / split % nkv), h0 = kvh * group + (int)(it % split) * gh;
     const size_t at = ((size_t)t0 * nq + h0) * hd;
-    return (rlxc_attn_tile){.c = c, .kvh = kvh, .window = l->sliding_window, .q = b->q + at, .out = b->att + at,
-                            .q_stride = (size_t)nq * hd, .T = T - t0 < tt ? T - t0 : tt, .G = gh, .pos0 = pos0 + t0,
-                            .scale = l->attn_scale, .softcap = l->attn_softcap};
+    return (rlxc_attn_tile){.c = rlxc_kv_of(p, li, t0), .kvh = kvh, .window = l->sliding_window, .q = b->q + at,
+                            .out = b->att + at, .q_stride = (size_t)nq * hd, .T = T - t0 < tt ? T - t0 : tt, .G = gh,
+                            .pos0 = rlxc_pos_of(p, pos0, t0), .scale = l->attn_scale, .softcap = l->attn_softcap};
 }
 
 /* Output r of a tile times its head's head_scale (if set). */
@@ -457,8 +505,7 @@ static void scale_head(const rlxc_layer *l, const rlxc_attn_tile *t, const bufs 
  * instead and merges their states after a barrier: the same bits as one thread. A tapped
  * attn_probs stage goes head by head in two passes: weights, the tap, then the weighted sum of V
  * (weights a tap puts outside the visible keys are not read). */
-static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_kv_cache *c, const bufs *b,
-                      int T, int pos0) {
+static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs *b, int T, int pos0) {
     const rlxc_kernels *kn = rlxc_kernels_active();
     const rlxc_layer *l = p->layers[li];
     const int hd = l->head_dim, nq = l->num_q_heads, group = nq / l->num_kv_heads, W = l->sliding_window;
@@ -467,17 +514,17 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
     float *scores = p->s.scores + (size_t)tm->ith * p->scores_stride;
     size_t a, e;
     if (!probs) {
-        const size_t token_tiles = (T + tile_tokens(group) - 1) / tile_tokens(group);
+        const size_t token_tiles = (T + tile_tokens_of(p, l) - 1) / tile_tokens_of(p, l);
         int first = 0, nb = 1, split = 1;
         if (token_tiles == 1 && tm->nth > 1) {
-            const rlxc_attn_tile t0 = make_tile(l, c, b, T, pos0, 1, 0);
+            const rlxc_attn_tile t0 = make_tile(p, li, b, T, pos0, 1, 0);
             nb = rlxc_attn_tile_blocks(&t0, &first);
         }
         if (nb == 1) { /* tiles in turn, interleaved: later tokens of a causal prefill see more keys */
             while (token_tiles * l->num_kv_heads * split < (size_t)tm->nth && group % (2 * split) == 0) split *= 2;
             const size_t tiles = token_tiles * l->num_kv_heads * split;
             for (size_t it = tm->ith; it < tiles; it += tm->nth) {
-                const rlxc_attn_tile t = make_tile(l, c, b, T, pos0, split, it);
+                const rlxc_attn_tile t = make_tile(p, li, b, T, pos0, split, it);
                 rlxc_attn_tile_run(&t, scores);
                 for (int r = 0; r < t.T * t.G; r++) scale_head(l, &t, b, r);
             }
@@ -490,7 +537,7 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
         size_t prepared = (size_t)-1;
         rlxc_team_share(tm, tiles * nb, 1, &a, &e);
         for (size_t it = a; it < e; it++) {
-            const rlxc_attn_tile t = make_tile(l, c, b, T, pos0, 1, it / nb);
+            const rlxc_attn_tile t = make_tile(p, li, b, T, pos0, 1, it / nb);
             if (it / nb != prepared) rlxc_attn_tile_prepare(&t, scores), prepared = it / nb;
             rlxc_attn_tile_block(&t, first + (int)(it % nb), scores, p->s.states + it * sf);
         }
@@ -500,7 +547,7 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
         for (size_t it = a; it < e; it++) {
             const size_t ti = it / Q;
             const int r = (int)(it % Q);
-            const rlxc_attn_tile t = make_tile(l, c, b, T, pos0, 1, ti);
+            const rlxc_attn_tile t = make_tile(p, li, b, T, pos0, 1, ti);
             if (ti != prepared) rlxc_attn_tile_prepare(&t, scores), prepared = ti;
             for (int bi = 0; bi < nb; bi++) rlxc_attn_tile_merge(&t, p->s.states + (ti * nb + bi) * sf, scores, r);
             rlxc_attn_tile_end(&t, scores, r);
@@ -508,6 +555,7 @@ static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const rlxc_
         }
         return;
     }
+    const rlxc_kv_cache *c = rlxc_kv_of(p, li, 0); /* taps: never in a batch */
     rlxc_team_share(tm, (size_t)T * nq, 1, &a, &e);
     for (int pass = 0; pass < 2; pass++) {
         for (size_t it = a; it < e; it++) {
@@ -559,7 +607,8 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     for (size_t k = a; k < e; k++) b.inv[k] = rope_inv_freq(l, (int)k);
     rlxc_team_sync(tm);
     rlxc_team_share(tm, (size_t)T * np, 1, &a, &e);
-    for (size_t it = a; it < e; it++) rope_angle(l, b.inv[it % np], pos0 + (int)(it / np), b.cs + it, b.sn + it);
+    for (size_t it = a; it < e; it++)
+        rope_angle(l, b.inv[it % np], rlxc_pos_of(p, pos0, (int)(it / np)), b.cs + it, b.sn + it);
     const int qb = l->qkv_bias;
     rlxc_product qkv[3] = {{b.q, &w[RLXC_W_Q], qb ? &w[RLXC_W_Q_B] : NULL},
                            {b.k, &w[RLXC_W_K], qb ? &w[RLXC_W_K_B] : NULL},
@@ -577,7 +626,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
             rlxc_team_sync(tm);
         }
     }
-    attention(p, tm, li, &p->kv[own ? li : l->kv_shared_from], &b, T, pos0);
+    attention(p, tm, li, &b, T, pos0);
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_Z, b.att, T, pos0, Q);
     rlxc_products(p, tm, b.att, T, (int)Q, &(rlxc_product){b.o, &w[RLXC_W_O], l->o_bias ? &w[RLXC_W_O_B] : NULL}, 1);

@@ -203,6 +203,17 @@ int rlxc_pipeline_threads(const rlxc_pipeline *p);
 void rlxc_pipeline_set_act(rlxc_pipeline *p, rlxc_act act); /* RLXC_ACT_Q8 at creation */
 rlxc_act rlxc_pipeline_act(const rlxc_pipeline *p);
 
+/* Independent sequences, each with its own KV caches and length (default 1). set_seqs empties
+ * every cache and makes sequence 0 active; the calls for one sequence (prefill, decode, views,
+ * n_past) act on the active one, chosen by use_seq; rlxc_model_decode_batch runs one token of
+ * several sequences in one pass. */
+#define RLXC_MAX_SEQS 4096
+int rlxc_pipeline_set_seqs(rlxc_pipeline *p, int n_seq, char *err);
+int rlxc_pipeline_seqs(const rlxc_pipeline *p);
+int rlxc_pipeline_use_seq(rlxc_pipeline *p, int seq, char *err);
+int rlxc_pipeline_seq(const rlxc_pipeline *p);
+int rlxc_pipeline_seq_past(const rlxc_pipeline *p, int seq); /* tokens in sequence seq's cache */
+
 /* KV storage, for the caches allocated at the next reset (and at creation): type RLXC_F32
  * (exact, the default) or RLXC_F16; ring (default on): a windowed layer keeps only its last
  * W - 1 + ubatch positions where that takes less memory than max_seq positions (kvcache.c);
@@ -312,6 +323,10 @@ int rlxc_model_prefill(rlxc_model *m, const int32_t *ids, int T, rlxc_logits whi
                        const rlxc_trace *trace, char *err);
 /* One token at position pos <= n_past (pos < n_past rewinds); logits: [n_logits]. */
 int rlxc_model_decode(rlxc_model *m, int32_t id, int pos, float *logits, char *err);
+/* One token of each of B distinct sequences (ids[b] appended to sequence seqs[b] at its length)
+ * in one pass: each weight row is read once for all B. logits [B][n_logits]. Refused while
+ * taps are set. A failed call leaves every sequence as it was. */
+int rlxc_model_decode_batch(rlxc_model *m, const int32_t *seqs, const int32_t *ids, int B, float *logits, char *err);
 
 /* One token's attention: q [nq][hd] at position pos against k, v [nkv][S][hd] (f32), keys
  * 0..pos (the last `window` of them if window > 0), scores softcap(scale * q.k) (softcap 0:

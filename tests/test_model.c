@@ -329,6 +329,55 @@ static void test_weight_rows(const char *isa) {
     check(ok, isa, "rows of a packed copy equal the GGUF rows");
 }
 
+/* Three sequences with prompts of 2, 5 and 8 tokens decoded side by side in one pass per token:
+ * each row equals the sequence run alone (f32 activations, 1e-5 of the largest logit: the batch
+ * takes the GEMM path), the same bits on 1 and 3 threads; bad batches fail and keep every
+ * sequence. */
+static void test_batch(const char *isa, rlxc_model *m, const int32_t *ids) {
+    enum { B = 3, STEPS = 4 };
+    static const int lens[B] = {2, 5, 8}; /* + STEPS <= T_PROMPT + T_DECODE ids */
+    char err[RLXC_ERRLEN];
+    rlxc_pipeline *p = rlxc_model_pipeline(m);
+    rlxc_pipeline_set_act(p, RLXC_ACT_F32);
+    float *batch[2], *alone = malloc((size_t)(STEPS + 1) * V * sizeof(float)), last[V];
+    const int32_t seqs[B] = {2, 0, 1};
+    int ok = !rlxc_pipeline_set_seqs(p, B, err);
+    for (int th = 0; th < 2; th++) {
+        batch[th] = malloc((size_t)STEPS * B * V * sizeof(float));
+        rlxc_pipeline_set_threads(p, th && max_threads >= 3 ? 3 : 1);
+        ok = ok && !rlxc_pipeline_reset(p, err);
+        for (int s = 0; ok && s < B; s++)
+            ok = !rlxc_pipeline_use_seq(p, s, err) && !rlxc_model_prefill(m, ids, lens[s], RLXC_LOGITS_NONE, NULL, NULL, err);
+        for (int t = 0; ok && t < STEPS; t++) {
+            int32_t toks[B] = {ids[lens[2] + t], ids[lens[0] + t], ids[lens[1] + t]};
+            ok = !rlxc_model_decode_batch(m, seqs, toks, B, batch[th] + (size_t)t * B * V, err);
+        }
+    }
+    ok = ok && !memcmp(batch[0], batch[1], (size_t)STEPS * B * V * sizeof(float));
+    for (int b = 0; ok && b < B; b++) { /* sequence seqs[b], alone (as sequence 0) */
+        const int s = seqs[b];
+        ok = !rlxc_pipeline_reset(p, err) && !rlxc_pipeline_use_seq(p, 0, err) &&
+             !rlxc_model_prefill(m, ids, lens[s], RLXC_LOGITS_NONE, NULL, NULL, err);
+        for (int t = 0; ok && t < STEPS; t++) ok = !rlxc_model_decode(m, ids[lens[s] + t], lens[s] + t, alone + (size_t)t * V, err);
+        for (int t = 0; ok && t < STEPS; t++) {
+            const float *row = batch[0] + ((size_t)t * B + b) * V;
+            if (max_diff(row, alone + (size_t)t * V, V) > 1e-5f * max_abs(alone + (size_t)t * V, V)) ok = 0;
+        }
+    }
+    if (!ok) printf("  batch: %s\n", err);
+    check(ok, isa, "each sequence of a batch equals it alone, the same on 1 and 3 threads");
+    /* bad batches: a repeated or missing sequence, a bad id; every sequence keeps its length */
+    ok = !rlxc_pipeline_set_seqs(p, 2, err) && !rlxc_model_prefill(m, ids, 3, RLXC_LOGITS_NONE, NULL, NULL, err);
+    int32_t twice[2] = {0, 0}, toks[2] = {1, 2}, badtok[2] = {1, V};
+    ok = ok && rlxc_model_decode_batch(m, twice, toks, 2, last, err) && strstr(err, "twice");
+    ok = ok && rlxc_model_decode_batch(m, (int32_t[]){0, 5}, toks, 2, last, err) && strstr(err, "does not exist");
+    ok = ok && rlxc_model_decode_batch(m, (int32_t[]){0, 1}, badtok, 2, last, err) && strstr(err, "vocabulary");
+    ok = ok && rlxc_pipeline_seq_past(p, 0) == 3 && rlxc_pipeline_seq_past(p, 1) == 0;
+    check(ok, isa, "bad batches fail and keep every sequence");
+    rlxc_pipeline_set_seqs(p, 1, err);
+    free(batch[0]), free(batch[1]), free(alone);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows line by line (slow under qemu) */
     if (argc > 1) max_threads = atoi(argv[1]) > 0 ? atoi(argv[1]) : 1;
@@ -375,6 +424,7 @@ int main(int argc, char **argv) {
         test_isa(isas[i], m, ids);
         test_taps(isas[i], m, ids);
         test_kv(isas[i], m, ids);
+        test_batch(isas[i], m, ids);
         test_weight_rows(isas[i]);
     }
     rlxc_model_free(m);

@@ -429,6 +429,48 @@ static PyObject *Engine_decode(PyObject *o, PyObject *args, PyObject *kw) {
     return (PyObject *)logits;
 }
 
+static PyObject *Engine_decode_batch(PyObject *o, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"seqs", "tokens", NULL};
+    EngineObject *self = (EngineObject *)o;
+    PyObject *seqs_obj, *tok_obj;
+    if (!engine_ready(self) ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "OO:decode_batch", kwlist, &seqs_obj, &tok_obj))
+        return NULL;
+    const int n_seq = rlxc_pipeline_seqs(self->pipe->p);
+    PyArrayObject *seqs = ids_arg(seqs_obj, n_seq), *toks = seqs ? ids_arg(tok_obj, n_seq) : NULL;
+    if (!toks) {
+        Py_XDECREF(seqs);
+        return NULL;
+    }
+    const npy_intp B = PyArray_DIM(toks, 0);
+    PyArrayObject *logits = NULL;
+    if (PyArray_DIM(seqs, 0) != B)
+        PyErr_Format(PyExc_ValueError, "seqs (%zd) and tokens (%zd) must have the same length",
+                     (Py_ssize_t)PyArray_DIM(seqs, 0), (Py_ssize_t)B);
+    else
+        logits = new_array(2, (npy_intp[]){B, rlxc_model_n_logits(self->m)}, NPY_FLOAT32);
+    if (logits && pipeline_enter(self->pipe)) Py_CLEAR(logits);
+    if (logits) {
+        char err[RLXC_ERRLEN];
+        int rc;
+        const int32_t *sp = PyArray_DATA(seqs), *tp = PyArray_DATA(toks);
+        float *lp = PyArray_DATA(logits);
+        const int hooked = self->hook != NULL || self->n_patches > 0;
+        Py_BEGIN_ALLOW_THREADS
+        rc = hooked ? -1 : rlxc_model_decode_batch(self->m, sp, tp, (int)B, lp, err);
+        Py_END_ALLOW_THREADS
+        pipeline_leave(self->pipe);
+        if (rc) {
+            PyErr_SetString(PyExc_ValueError, hooked ? "hooks, collected stages and patches do not run in a batch: "
+                                                       "decode one sequence at a time" : err);
+            Py_CLEAR(logits);
+        }
+    }
+    Py_DECREF(seqs);
+    Py_DECREF(toks);
+    return (PyObject *)logits;
+}
+
 /* (layer, stage name) -> layer index (-1 for the model's stages) and stage; -1 with ValueError. */
 static int stage_arg(EngineObject *self, PyObject *layer_obj, PyObject *name_obj, int *layer, rlxc_stage *s) {
     const char *name = str_arg(name_obj, "stage");
@@ -574,6 +616,9 @@ static PyMethodDef Engine_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))Engine_decode, METH_VARARGS | METH_KEYWORDS,
      "decode(token, pos): one token at position pos <= n_past (smaller pos rewinds the cache). Returns float32 "
      "[n_logits]."},
+    {"decode_batch", (PyCFunction)(void (*)(void))Engine_decode_batch, METH_VARARGS | METH_KEYWORDS,
+     "decode_batch(seqs, tokens): tokens[b] appended to sequence seqs[b] (distinct), all in one pass. Returns "
+     "float32 [B, n_logits]."},
     {"set_hooks", Engine_set_hooks, METH_VARARGS,
      "set_hooks(masks, hook): call hook(layer, stage, values, pos0) at the stages whose bit (1 << stage index) is "
      "set in masks[layer] (masks[n_layers]: the model's stages, layer -1). values: float32 [T, width], a copy; "

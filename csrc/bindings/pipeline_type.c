@@ -332,6 +332,13 @@ static PyObject *Pipeline_kv_cache(PyObject *o, PyObject *arg) {
     return Py_BuildValue("(NN)", ka, va);
 }
 
+static PyObject *Pipeline_seq_past(PyObject *o, PyObject *arg) {
+    PipelineObject *self = (PipelineObject *)o;
+    int s;
+    if (!pipeline_ready(self) || int_arg(arg, "seq", 0, rlxc_pipeline_seqs(self->p) - 1, &s)) return NULL;
+    return PyLong_FromLong(rlxc_pipeline_seq_past(self->p, s));
+}
+
 static PyObject *Pipeline_set_n_past(PyObject *o, PyObject *arg) {
     PipelineObject *self = (PipelineObject *)o;
     int n;
@@ -407,6 +414,7 @@ static PyMethodDef Pipeline_methods[] = {
     {"kv_cache", Pipeline_kv_cache, METH_O,
      "kv_cache(layer) -> (k, v): float32 views [num_kv_heads, n_past, head_dim] of the layer's cache (a layer that "
      "shares K/V gets its donor's), writable: an edit changes what later tokens attend to."},
+    {"seq_past", Pipeline_seq_past, METH_O, "seq_past(seq): tokens in sequence seq's cache."},
     {"set_n_past", Pipeline_set_n_past, METH_O,
      "set_n_past(n): declare the cache's first n positions valid (after writing K/V into kv_cache views)."},
     {NULL, NULL, 0, NULL},
@@ -461,12 +469,46 @@ static int Pipeline_set_kv_setting(PyObject *o, PyObject *v, void *c) {
     return 0;
 }
 
+/* closure: 0 seqs (set_seqs), 1 seq (use_seq) */
+static PyObject *Pipeline_seq_setting(PyObject *o, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!pipeline_ready(self)) return NULL;
+    return PyLong_FromLong(c ? rlxc_pipeline_seq(self->p) : rlxc_pipeline_seqs(self->p));
+}
+
+static int Pipeline_set_seq_setting(PyObject *o, PyObject *v, void *c) {
+    PipelineObject *self = (PipelineObject *)o;
+    if (!pipeline_ready(self)) return -1;
+    if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete a sequence setting"); return -1; }
+    int n;
+    if (int_arg(v, c ? "seq" : "seqs", c ? 0 : 1, c ? rlxc_pipeline_seqs(self->p) - 1 : RLXC_MAX_SEQS, &n)) return -1;
+    if (self->kv_views) {
+        PyErr_SetString(PyExc_BufferError, "kv_cache() arrays of the active sequence are alive: delete them first");
+        return -1;
+    }
+    char err[RLXC_ERRLEN];
+    if (pipeline_enter(self)) return -1;
+    const int rc = c ? rlxc_pipeline_use_seq(self->p, n, err) : rlxc_pipeline_set_seqs(self->p, n, err);
+    pipeline_leave(self);
+    if (rc) {
+        PyErr_SetString(rc == -2 ? PyExc_MemoryError : PyExc_ValueError, err);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *Pipeline_kv_bytes(PyObject *o, void *c) {
     PipelineObject *self = (PipelineObject *)o;
     return pipeline_ready(self) ? PyLong_FromSize_t(rlxc_pipeline_kv_bytes(self->p)) : NULL;
 }
 
 static PyGetSetDef Pipeline_getset[] = {
+    {"seqs", Pipeline_seq_setting, Pipeline_set_seq_setting,
+     "Independent sequences, each with its own KV caches (default 1). Setting it empties every cache and makes "
+     "sequence 0 active.",
+     (void *)0},
+    {"seq", Pipeline_seq_setting, Pipeline_set_seq_setting,
+     "The active sequence: the one prefill, decode, n_past and kv_cache act on.", (void *)1},
     {"kv_type", Pipeline_kv_setting, Pipeline_set_kv_setting,
      "How the KV cache stores K and V: 'f32' (exact, the default), 'f16', 'bf16' or 'q8_0' (head_dim a multiple of 32). "
      "Takes effect at the next reset().",

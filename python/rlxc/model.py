@@ -235,7 +235,7 @@ class Model:
         _check_kv_type(kv_type)
         if not isinstance(ubatch, (int, np.integer)) or isinstance(ubatch, bool) or ubatch < 1:
             raise ValueError(f"ubatch must be an int >= 1, got {ubatch!r}")
-        self._kv: dict[str, Any] = {"kv_type": kv_type, "kv_ring": bool(kv_ring), "ubatch": int(ubatch)}
+        self._kv: dict[str, Any] = {"kv_type": kv_type, "kv_ring": bool(kv_ring), "ubatch": int(ubatch), "seqs": 1}
 
     @property
     def activations(self) -> str:
@@ -360,10 +360,70 @@ class Model:
             raise ValueError(f"ubatch must be an int >= 1, got {value!r}")
         self._set_kv("ubatch", int(value))
 
+    @property
+    def sequences(self) -> int:
+        """Independent sequences, each with its own KV cache (default 1): what
+        :meth:`decode_batch` and :meth:`prefill_batch` run side by side. Setting it empties every
+        cache (memory: :meth:`kv_memory` times this)."""
+        return cast(int, self._kv["seqs"])
+
+    @sequences.setter
+    def sequences(self, value: int) -> None:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 1 <= value <= 4096:
+            raise ValueError(f"sequences must be an int in [1, 4096], got {value!r}")
+        self._set_kv("seqs", int(value))
+
+    @property
+    def sequence(self) -> int:
+        """The active sequence (default 0): the one :meth:`prefill`, :meth:`decode`,
+        :meth:`generate`, :attr:`n_past` and :meth:`kv_cache` act on. Switching keeps every
+        sequence's cache."""
+        return int(self.pipeline.seq)
+
+    @sequence.setter
+    def sequence(self, value: int) -> None:
+        self.pipeline.seq = value
+
+    def decode_batch(self, tokens: Any, seqs: Any = None) -> np.ndarray:
+        """One token for each of several sequences in one pass (each weight row read once for
+        all): ``tokens[b]`` is appended to sequence ``seqs[b]`` (default ``b``; distinct) at its
+        own length. Returns float32 [B, vocab]. Hooks, collected stages and patches do not run
+        in a batch (ValueError)."""
+        toks = token_ids(tokens, self.vocab_size, "tokens")
+        s = np.arange(len(toks)) if seqs is None else np.asarray(seqs)
+        if s.ndim != 1 or s.dtype.kind not in "iu" or len(s) != len(toks):
+            raise ValueError(f"seqs must be {len(toks)} sequence numbers, got {s!r}")
+        if len(toks) > self.sequences:
+            raise ValueError(f"a batch of {len(toks)} needs as many sequences: the model has {self.sequences} "
+                             f"(set model.sequences)")
+        return np.asarray(self.engine.decode_batch(s.astype(np.int64), toks))
+
+    def prefill_batch(self, prompts: Sequence[Any], logits: str = "last") -> list[np.ndarray | None]:
+        """Prompt b into sequence b from empty (``model.sequences`` grows to ``len(prompts)`` if
+        needed, which empties every cache), each as :meth:`prefill` with ``logits``; the active
+        sequence is left as it was. Then :meth:`decode_batch` continues them side by side."""
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("prefill_batch needs at least one prompt")
+        ids = [self._ids(p) for p in prompts]
+        if len(ids) > self.sequences:
+            self.sequences = len(ids)
+        pipe, active = self.pipeline, self.sequence
+        out = []
+        try:
+            for b, x in enumerate(ids):
+                pipe.seq = b
+                pipe.set_n_past(0)
+                out.append(self.prefill(x, logits=logits))
+        finally:
+            pipe.seq = active
+        return out
+
     def kv_memory(self) -> dict[str, int]:
-        """KV-cache bytes: ``per_token`` (each position of the layers that keep every position),
-        ``windowed`` (the rings of windowed layers, fixed), ``at_max_seq`` (everything at
-        ``max_seq`` tokens: what is reserved; pages fill as positions do)."""
+        """KV-cache bytes of one sequence: ``per_token`` (each position of the layers that keep
+        every position), ``windowed`` (the rings of windowed layers, fixed); ``at_max_seq``
+        (everything at ``max_seq`` tokens, every sequence: what is reserved; pages fill as
+        positions do)."""
         elem = KV_TYPE_BYTES[self.kv_type]
         per_token = windowed = 0
         for l in self.layers:
@@ -375,7 +435,8 @@ class Model:
                 windowed += (2 * W - 2 + self.ubatch) * row  # cells W - 1 + ubatch, W - 1 of them mirrored
             else:
                 per_token += row
-        return {"per_token": per_token, "windowed": windowed, "at_max_seq": per_token * self.max_seq + windowed}
+        return {"per_token": per_token, "windowed": windowed,
+                "at_max_seq": (per_token * self.max_seq + windowed) * self.sequences}
 
     @property
     def n_past(self) -> int:
