@@ -5,7 +5,11 @@
  * A query's bits must not depend on the queries or keys it shares a call with: every dot
  * product is one FMA chain over the row, whatever tile computes it; the softmax goes over
  * aligned 8-lane chunks (element j in lane j % 8) from the chunk of lo; keys a query does not
- * see add exp(-inf) = 0 to its sum and 0 * v to its output, which changes no bit. */
+ * see add exp(-inf) = 0 to its sum and 0 * v to its output, which changes no bit.
+ *
+ * A long cache streams from memory and the hardware prefetcher stops at every 4 KiB page: the
+ * loops prefetch the rows one block further on (the next block of a full cache; a harmless
+ * guess for a ring, and a prefetch never faults). */
 #include <sleef.h>
 
 #include "avx2.h"
@@ -17,6 +21,11 @@
 #define LOAD8_BF16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define LOAD1_BF16(x) rlxc_bf16_to_f32(x)
+
+/* [p, p + n) towards L2 (not L1, which holds the block being read). */
+RLXC_INLINE void prefetch_l2(const void *p, const size_t n) {
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T1);
+}
 
 /* Lanes of the chunk at j that fall in [lo, hi). */
 RLXC_INLINE __m256i lanes_in(int j, int lo, int hi) {
@@ -50,85 +59,96 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
     return rlxc_hsum256(sum);
 }
 
-#define DEFINE_ATTN_BLOCK_AVX2(type, T, LOAD8, LOAD1)                                                              \
-    /* s[r][c] = q_r . k_c for R queries x C keys (R, C <= 4 after inlining): one chain per pair. */               \
-    RLXC_INLINE void type##_dots(float *s, int lds, const float *q, const T *k, int hd, const int R, const int C) { \
-        __m256 acc[4][4];                                                                                          \
+#define DEFINE_ATTN_BLOCK_AVX2(type, T, LOAD8, LOAD1)                                                                  \
+    /* s[r][c] = q_r . k_c for R <= 4 queries x C <= 2 keys (8 accumulators: with the loads they                       \
+     * fit AVX2's 16 registers, a 4 x 4 tile spilled): one chain per pair. */                                          \
+    RLXC_INLINE void type##_dots(float *s, int lds, const float *q, const T *k, int hd, const int R, const int C) {    \
+        __m256 acc[4][2];                                                                                              \
         RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(); \
-        int i = 0;                                                                                                 \
-        for (; i + 8 <= hd; i += 8) {                                                                              \
-            __m256 kv[4];                                                                                          \
-            RLXC_UNROLL for (int c = 0; c < C; c++) kv[c] = LOAD8(k + (size_t)c * hd + i);                          \
-            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
-                const __m256 qv = _mm256_loadu_ps(q + (size_t)r * hd + i);                                         \
-                RLXC_UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);          \
-            }                                                                                                      \
-        }                                                                                                          \
-        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) {                          \
-            float x = rlxc_hsum256(acc[r][c]);                                                                     \
-            for (int d = i; d < hd; d++) x += q[(size_t)r * hd + d] * LOAD1(k[(size_t)c * hd + d]);                \
-            s[(size_t)r * lds + c] = x;                                                                            \
-        }                                                                                                          \
-    }                                                                                                              \
-    /* o[r][i..i+8*D) = sum over keys [a, b) of p[r][j] v_j, R <= 4 queries, D <= 2 chunks of 8. */               \
-    RLXC_INLINE void type##_values(float *o, const float *p, int ldp, const T *v, int hd, int i, int a, int b,     \
-                                   const int R, const int D) {                                                     \
-        __m256 acc[4][2];                                                                                          \
-        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int x = 0; x < D; x++) acc[r][x] = _mm256_setzero_ps(); \
-        for (int j = a; j < b; j++) {                                                                              \
-            __m256 vv[2];                                                                                          \
-            RLXC_UNROLL for (int x = 0; x < D; x++) vv[x] = LOAD8(v + (size_t)j * hd + i + 8 * x);                 \
-            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
-                const __m256 pr = _mm256_broadcast_ss(p + (size_t)r * ldp + j);                                    \
-                RLXC_UNROLL for (int x = 0; x < D; x++) acc[r][x] = _mm256_fmadd_ps(pr, vv[x], acc[r][x]);         \
-            }                                                                                                      \
-        }                                                                                                          \
-        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int x = 0; x < D; x++)                            \
-            _mm256_storeu_ps(o + (size_t)r * hd + i + 8 * x, acc[r][x]);                                           \
-    }                                                                                                              \
-    void rlxc_attn_block_##type##_avx2(float *o, float *m, float *l, const float *q, int nq, const void *kp,       \
-                                       const void *vp, int n, int hd, const int *lo, const int *hi, float scale,   \
-                                       float softcap, float *s) {                                                  \
-        const T *k = kp, *v = vp;                                                                                  \
-        for (int r0 = 0; r0 < nq; r0 += 4) {                                                                       \
-            const int R = nq - r0 < 4 ? nq - r0 : 4;                                                               \
-            int a = n, b = 0; /* the keys any of these queries sees */                                             \
-            for (int r = r0; r < r0 + R; r++) {                                                                    \
-                a = lo[r] < a ? lo[r] : a;                                                                         \
-                b = hi[r] > b ? hi[r] : b;                                                                         \
-            }                                                                                                      \
-            const float *qr = q + (size_t)r0 * hd;                                                                 \
-            float *sr = s + (size_t)r0 * n;                                                                        \
-            int j = a;                                                                                             \
-            if (R == 4)                                                                                            \
-                for (; j + 4 <= b; j += 4) type##_dots(sr + j, n, qr, k + (size_t)j * hd, hd, 4, 4);               \
-            for (; j < b; j++)                                                                                     \
+        int i = 0;                                                                                                     \
+        for (; i + 8 <= hd; i += 8) {                                                                                  \
+            __m256 kv[2];                                                                                              \
+            RLXC_UNROLL for (int c = 0; c < C; c++) kv[c] = LOAD8(k + (size_t)c * hd + i);                             \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                  \
+                const __m256 qv = _mm256_loadu_ps(q + (size_t)r * hd + i);                                             \
+                RLXC_UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);             \
+            }                                                                                                          \
+        }                                                                                                              \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) {                              \
+            float x = rlxc_hsum256(acc[r][c]);                                                                         \
+            for (int d = i; d < hd; d++) x += q[(size_t)r * hd + d] * LOAD1(k[(size_t)c * hd + d]);                    \
+            s[(size_t)r * lds + c] = x;                                                                                \
+        }                                                                                                              \
+    }                                                                                                                  \
+    /* o[r][0..hd) = sum over keys [a, b) of p[r][j] v_j for R <= 4 queries: value rows read in                        \
+     * order (a cache-friendly stream), four at a time, each chunk converted once for all R. */                        \
+    RLXC_INLINE void type##_values(float *o, const float *p, int ldp, const T *v, int n, int hd, int a, int b,         \
+                                   const int R) {                                                                      \
+        const int h8 = hd & ~7;                                                                                        \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int d = 0; d < h8; d++) o[(size_t)r * hd + d] = 0.0f;                                                 \
+        int j = a;                                                                                                     \
+        for (; j + 4 <= b; j += 4) {                                                                                   \
+            prefetch_l2(v + (size_t)(j + n) * hd, 4 * hd * sizeof(T)); /* the next block's rows */                     \
+            for (int i = 0; i < h8; i += 8) {                                                                          \
+                __m256 vv[4];                                                                                          \
+                RLXC_UNROLL for (int x = 0; x < 4; x++) vv[x] = LOAD8(v + (size_t)(j + x) * hd + i);                   \
+                for (int r = 0; r < R; r++) {                                                                          \
+                    const float *pr = p + (size_t)r * ldp + j;                                                         \
+                    float *orow = o + (size_t)r * hd + i;                                                              \
+                    __m256 acc = _mm256_loadu_ps(orow);                                                                \
+                    RLXC_UNROLL for (int x = 0; x < 4; x++) acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + x), vv[x], acc); \
+                    _mm256_storeu_ps(orow, acc);                                                                       \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (; j < b; j++)                                                                                             \
+            for (int i = 0; i < h8; i += 8) {                                                                          \
+                const __m256 vv = LOAD8(v + (size_t)j * hd + i);                                                       \
+                for (int r = 0; r < R; r++) {                                                                          \
+                    float *orow = o + (size_t)r * hd + i;                                                              \
+                    _mm256_storeu_ps(orow, _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)r * ldp + j), vv,           \
+                                                           _mm256_loadu_ps(orow)));                                    \
+                }                                                                                                      \
+            }                                                                                                          \
+        for (int r = 0; r < R; r++) /* dims past the last chunk of 8 */                                                \
+            for (int d = h8; d < hd; d++) {                                                                            \
+                float x = 0.0f;                                                                                        \
+                for (int jj = a; jj < b; jj++) x += p[(size_t)r * ldp + jj] * LOAD1(v[(size_t)jj * hd + d]);           \
+                o[(size_t)r * hd + d] = x;                                                                             \
+            }                                                                                                          \
+    }                                                                                                                  \
+    void rlxc_attn_block_##type##_avx2(float *o, float *m, float *l, const float *q, int nq, const void *kp,           \
+                                       const void *vp, int n, int hd, const int *lo, const int *hi, float scale,       \
+                                       float softcap, float *s) {                                                      \
+        const T *k = kp, *v = vp;                                                                                      \
+        for (int r0 = 0; r0 < nq; r0 += 4) {                                                                           \
+            const int R = nq - r0 < 4 ? nq - r0 : 4;                                                                   \
+            int a = n, b = 0; /* the keys any of these queries sees */                                                 \
+            for (int r = r0; r < r0 + R; r++) {                                                                        \
+                a = lo[r] < a ? lo[r] : a;                                                                             \
+                b = hi[r] > b ? hi[r] : b;                                                                             \
+            }                                                                                                          \
+            const float *qr = q + (size_t)r0 * hd;                                                                     \
+            float *sr = s + (size_t)r0 * n;                                                                            \
+            int j = a;                                                                                                 \
+            if (R == 4)                                                                                                \
+                for (; j + 2 <= b; j += 2) {                                                                           \
+                    prefetch_l2(k + (size_t)(j + n) * hd, 2 * hd * sizeof(T)); /* the next block's rows */             \
+                    type##_dots(sr + j, n, qr, k + (size_t)j * hd, hd, 4, 2);                                          \
+                }                                                                                                      \
+            for (; j < b; j++)                                                                                         \
                 for (int r = 0; r < R; r++) type##_dots(sr + (size_t)r * n + j, n, qr + (size_t)r * hd, k + (size_t)j * hd, hd, 1, 1); \
-            for (int r = r0; r < r0 + R; r++) {                                                                    \
-                float *sq = s + (size_t)r * n;                                                                     \
-                for (int x = lo[r]; x < hi[r]; x++) sq[x] *= scale;                                                \
-                l[r] = lo[r] < hi[r] ? softmax_row(sq, lo[r], hi[r], softcap, &m[r]) : 0.0f;                       \
-                if (lo[r] >= hi[r]) m[r] = -INFINITY;                                                              \
-                for (int x = a; x < lo[r]; x++) sq[x] = 0.0f; /* keys it does not see weigh 0 */                  \
-                for (int x = hi[r] > a ? hi[r] : a; x < b; x++) sq[x] = 0.0f;                                      \
-            }                                                                                                      \
-            float *orow = o + (size_t)r0 * hd;                                                                     \
-            int i = 0;                                                                                             \
-            if (R == 4) {                                                                                          \
-                for (; i + 16 <= hd; i += 16) type##_values(orow, sr, n, v, hd, i, a, b, 4, 2);                    \
-                for (; i + 8 <= hd; i += 8) type##_values(orow, sr, n, v, hd, i, a, b, 4, 1);                      \
-            } else {                                                                                               \
-                for (; i + 8 <= hd; i += 8)                                                                        \
-                    for (int r = 0; r < R; r++)                                                                    \
-                        type##_values(orow + (size_t)r * hd, sr + (size_t)r * n, n, v, hd, i, a, b, 1, 1);         \
-            }                                                                                                      \
-            for (int r = 0; r < R; r++)                                                                            \
-                for (int d = i; d < hd; d++) {                                                                     \
-                    float x = 0.0f;                                                                                \
-                    for (int jj = a; jj < b; jj++) x += sr[(size_t)r * n + jj] * LOAD1(v[(size_t)jj * hd + d]);    \
-                    orow[(size_t)r * hd + d] = x;                                                                  \
-                }                                                                                                  \
-        }                                                                                                          \
+            for (int r = r0; r < r0 + R; r++) {                                                                        \
+                float *sq = s + (size_t)r * n;                                                                         \
+                for (int x = lo[r]; x < hi[r]; x++) sq[x] *= scale;                                                    \
+                l[r] = lo[r] < hi[r] ? softmax_row(sq, lo[r], hi[r], softcap, &m[r]) : 0.0f;                           \
+                if (lo[r] >= hi[r]) m[r] = -INFINITY;                                                                  \
+                for (int x = a; x < lo[r]; x++) sq[x] = 0.0f; /* keys it does not see weigh 0 */                       \
+                for (int x = hi[r] > a ? hi[r] : a; x < b; x++) sq[x] = 0.0f;                                          \
+            }                                                                                                          \
+            type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, R);                                              \
+        }                                                                                                              \
     }
 
 DEFINE_ATTN_BLOCK_AVX2(f32, float, LOAD8_F32, LOAD1_F32)
