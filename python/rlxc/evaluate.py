@@ -171,12 +171,56 @@ def perplexity(model: Any, text: str | Sequence[int] | np.ndarray, ctx: int = 51
     finally:
         if bar is not None and progress is True:
             bar.close()
-    seconds = time.perf_counter() - t0
+    return _result(nll, n, int(ctx), time.perf_counter() - t0)
+
+
+def _result(nll: list[np.ndarray], windows: int, ctx: int, seconds: float) -> Perplexity:
+    """Perplexity from each window's per-token negative log-likelihoods, in window order."""
     allv = np.concatenate(nll)
     mean = float(allv.mean())
     sd = float(math.sqrt(max(float((allv ** 2).mean()) - mean * mean, 0.0) / (len(allv) - 1)))
-    return Perplexity(ppl=math.exp(mean), nll=mean, stderr=sd, tokens=len(allv), windows=n, ctx=int(ctx),
+    return Perplexity(ppl=math.exp(mean), nll=mean, stderr=sd, tokens=len(allv), windows=windows, ctx=ctx,
                       seconds=seconds, per_window=[float(v.mean()) for v in nll])
+
+
+def _score_windows(path: str, load: dict[str, Any], windows: list[np.ndarray], first: int) -> list[np.ndarray]:
+    """A Ray task: load the model (memory-mapped) and score its windows."""
+    from . import loaders
+
+    m = loaders.load(path, **load)
+    return [-score_from(m, w, first) for w in windows]
+
+
+def perplexity_ray(path: str, text: str | Sequence[int] | np.ndarray, ctx: int = 512, *, address: str | None = None,
+                   workers: int | None = None, windows: int | None = None, **load: Any) -> Perplexity:
+    """:func:`perplexity` with the windows shared over a Ray cluster (``pip install 'rlxc[ray]'``).
+
+    ``path`` (a GGUF file or HF folder) must be readable at that path on every node: each task
+    loads it with ``rlxc.load(path, **load)`` (memory-mapped, ``max_seq=ctx`` unless given) and
+    scores a contiguous share of the windows; the shares come back in window order, so the
+    numbers are those of one machine (the engine's results do not depend on its thread count).
+    ``address``: the cluster's (``ray.init(address=...)``; None starts or joins a local one
+    unless Ray is already initialized); ``workers``: how many tasks (default: the cluster's
+    CPUs, at most one per window)."""
+    import ray
+
+    from . import loaders
+
+    load = {"max_seq": ctx, **load}
+    local = loaders.load(path, **load)  # the tokenizer and the checks, here
+    ids, n, bos = _windows(local, text, ctx, windows)
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    if workers is None:
+        workers = int(getattr(ray, "cluster_resources")().get("CPU", 1))  # untyped in Ray
+    workers = max(1, min(int(workers), n))
+    wins = [_window(ids, w, ctx, bos) for w in range(n)]
+    task = ray.remote(num_cpus=1)(_score_windows)
+    cuts = np.linspace(0, n, workers + 1).astype(int)
+    t0 = time.perf_counter()
+    futures = [task.remote(path, load, wins[a:b], ctx // 2) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    nll = [v for part in ray.get(futures) for v in part]
+    return _result(nll, n, int(ctx), time.perf_counter() - t0)
 
 
 @dataclass
