@@ -41,7 +41,7 @@ int rlxc_attn_tile_blocks(const rlxc_attn_tile *t, int *first) {
 
 /* Scratch of one thread, carved from rlxc_attn_scratch_floats(T * G, hd) floats. */
 typedef struct {
-    float *q, *o, *ml, *run, *s, *kf, *vf;
+    float *q, *o, *run, *s, *kf, *vf;
     int *lo, *hi;
 } tile_scratch;
 
@@ -49,8 +49,7 @@ static tile_scratch carve(float *f, int Q, int hd) {
     tile_scratch s;
     const size_t sf = state_floats(hd);
     s.q = f, f += (size_t)Q * hd;
-    s.o = f, f += (size_t)Q * sf; /* o rows [Q][hd], then m[Q], l[Q] */
-    s.ml = s.o + (size_t)Q * hd;
+    s.o = f, f += (size_t)Q * sf; /* a block state: o rows [Q][hd], then m[Q], l[Q] */
     s.run = f, f += (size_t)Q * sf;
     s.lo = (int *)f, f += Q;
     s.hi = (int *)f, f += Q;

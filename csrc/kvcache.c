@@ -17,8 +17,6 @@
 
 #define FAIL(...) do { snprintf(err, RLXC_ERRLEN, __VA_ARGS__); return -1; } while (0)
 
-/* Bytes of one K or V row of a head in the cache's type. */
-static size_t row_bytes(rlxc_wtype t, int dim) { return rlxc_wtype_row_bytes(t, dim); }
 
 /* The cells layer i's own cache should have under the pipeline's settings: a ring where its
  * rows (cells and W - 1 mirrors) take less than max_seq. */
@@ -38,7 +36,7 @@ static int wanted_rows(const rlxc_pipeline *p, int i) {
 
 static size_t cache_bytes(const rlxc_pipeline *p, int i) {
     const rlxc_layer *l = p->layers[i];
-    return (size_t)l->num_kv_heads * wanted_rows(p, i) * row_bytes(p->kv_type, l->head_dim);
+    return (size_t)l->num_kv_heads * wanted_rows(p, i) * rlxc_wtype_row_bytes(p->kv_type, l->head_dim);
 }
 
 size_t rlxc_pipeline_kv_bytes(const rlxc_pipeline *p) {
@@ -153,7 +151,7 @@ int rlxc_kv_check(const rlxc_pipeline *p, int i, char *err) {
 size_t rlxc_kv_row(const rlxc_kv_cache *c, int pos) { return is_ring(c) ? (size_t)(pos % c->cells) : (size_t)pos; }
 
 void *rlxc_kv_at(const rlxc_kv_cache *c, void *base, int h, size_t row) {
-    return (char *)base + ((size_t)h * c->rows + row) * row_bytes(c->type, c->dim);
+    return (char *)base + ((size_t)h * c->rows + row) * rlxc_wtype_row_bytes(c->type, c->dim);
 }
 
 static void put_row(const rlxc_kv_cache *c, void *dst, const float *x) { rlxc_quantize_row(c->type, dst, x, c->dim); }
@@ -212,7 +210,7 @@ static void sync_mirrors(rlxc_pipeline *p) {
         const rlxc_kv_cache *c = &p->kv[i];
         if (!c->k || !is_ring(c)) continue;
         const int n = kept(p, c);
-        const size_t first = rlxc_kv_row(c, p->n_past - n), bytes = row_bytes(c->type, c->dim);
+        const size_t first = rlxc_kv_row(c, p->n_past - n), bytes = rlxc_wtype_row_bytes(c->type, c->dim);
         for (int h = 0; h < c->heads; h++)
             for (size_t r = first; r < first + (size_t)n; r++) {
                 const size_t cell = r < (size_t)c->cells ? r : r - c->cells;

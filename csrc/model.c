@@ -162,12 +162,8 @@ static void model_team(const rlxc_team *tm, void *arg) {
     rlxc_tap(p, tm, -1, RLXC_STAGE_LOGITS, c->logits, c->rows, c->pos0 + c->first, (size_t)lm->rows);
 }
 
-/* T tokens at positions n_past.. in passes of at most ubatch tokens, each appended to the cache
- * before the next; a failed pass leaves n_past as it was. */
-static int run(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits, const rlxc_trace *trace,
-               char *err) {
-    rlxc_pipeline *p = m->p;
-    if (check_parts(m, err)) return -1;
+/* Every id has an embedding row (and a per-layer one). */
+static int check_ids(const rlxc_model *m, const int32_t *ids, int T, char *err) {
     const int V = m->parts.embed.rows;
     const int ple_rows = m->parts.ple_embed.data ? m->parts.ple_embed.rows : V;
     for (int t = 0; t < T; t++) {
@@ -175,6 +171,15 @@ static int run(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, floa
         if (ids[t] >= ple_rows)
             FAIL("token id %d is past the per-layer embedding's %d rows", (int)ids[t], ple_rows);
     }
+    return 0;
+}
+
+/* T tokens at positions n_past.. in passes of at most ubatch tokens, each appended to the cache
+ * before the next; a failed pass leaves n_past as it was. */
+static int run(rlxc_model *m, const int32_t *ids, int T, rlxc_logits which, float *logits, const rlxc_trace *trace,
+               char *err) {
+    rlxc_pipeline *p = m->p;
+    if (check_parts(m, err) || check_ids(m, ids, T, err)) return -1;
     const size_t H = rlxc_pipeline_hidden_size(p), NL = m->parts.lm_head.rows;
     if (which == RLXC_LOGITS_ALL && (size_t)T * NL > RLXC_MAX_COUNT)
         FAIL("%d tokens of %zu logits exceed what one call can hold: ask for the last logits only or split the prefill",
@@ -225,17 +230,13 @@ int rlxc_model_decode_batch(rlxc_model *m, const int32_t *seqs, const int32_t *i
     if (B > p->n_seq) FAIL("a batch of %d tokens needs %d sequences, the model has %d", B, B, p->n_seq);
     for (int i = 0; p->tap_fn && i <= p->n_layers; i++)
         if (p->tap_masks[i]) FAIL("hooks, collected stages and patches do not run in a batch: decode one sequence at a time");
-    if (check_parts(m, err)) return -1;
+    if (check_parts(m, err) || check_ids(m, ids, B, err)) return -1;
     for (int b = 0; b < B; b++) {
         if (seqs[b] < 0 || seqs[b] >= p->n_seq) FAIL("sequence %d does not exist (the model has %d)", (int)seqs[b], p->n_seq);
         for (int c = 0; c < b; c++)
             if (seqs[c] == seqs[b]) FAIL("sequence %d appears twice in the batch", (int)seqs[b]);
         if (rlxc_pipeline_seq_past(p, seqs[b]) >= p->max_seq)
             FAIL("sequence %d is full (max_seq=%d)", (int)seqs[b], p->max_seq);
-        if (ids[b] < 0 || ids[b] >= m->parts.embed.rows)
-            FAIL("token id %d is outside the vocabulary [0, %d)", (int)ids[b], m->parts.embed.rows);
-        if (m->parts.ple_embed.data && ids[b] >= m->parts.ple_embed.rows)
-            FAIL("token id %d is past the per-layer embedding's %d rows", (int)ids[b], m->parts.ple_embed.rows);
     }
     if ((size_t)B * m->parts.lm_head.rows > RLXC_MAX_COUNT) FAIL("%d rows of logits exceed what one call can hold", B);
     if (B > p->cap_batch) {

@@ -501,8 +501,9 @@ static void scale_head(const rlxc_layer *l, const rlxc_attn_tile *t, const bufs 
 
 /* Each query (token t, head h) over its visible keys: the last W of 0..pos, in tiles of several
  * tokens and the heads of a GQA group (csrc/attention.c), a group split in parts where that gives
- * every thread work. With fewer tiles than threads (a decode), the team shares the blocks of keys
- * instead and merges their states after a barrier: the same bits as one thread. A tapped
+ * every thread work. When a call's tokens fit one tile (a decode) and the keys span several
+ * blocks, the team shares the blocks instead and merges their states after a barrier: the same
+ * bits as one thread. A tapped
  * attn_probs stage goes head by head in two passes: weights, the tap, then the weighted sum of V
  * (weights a tap puts outside the visible keys are not read). */
 static void attention(rlxc_pipeline *p, const rlxc_team *tm, int li, const bufs *b, int T, int pos0) {

@@ -52,6 +52,25 @@ def _bar(args: argparse.Namespace, **kw: Any) -> Any:
     return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, leave=False, **kw)
 
 
+class _WindowBar:
+    """A bar over windows, made when rlxc.evaluate knows how many (its ``progress`` callable),
+    closed when the ``with`` block ends."""
+
+    def __init__(self, args: argparse.Namespace, desc: str) -> None:
+        self.args, self.desc, self.bar = args, desc, None
+
+    def __call__(self, n: int) -> Any:
+        self.bar = _bar(self.args, total=n, desc=self.desc, unit="window")
+        return self.bar
+
+    def __enter__(self) -> "_WindowBar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 class _Steps:
     """A progress bar over named steps: ``with steps("load model"): ...``."""
 
@@ -504,18 +523,8 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
                 other = _load(args, args.kl_against, args.weights) if args.kl_against else model.fork()
                 if args.kl_activations:
                     other.activations = args.kl_activations
-                kl_bar = None
-
-                def kl_progress(n: int) -> Any:
-                    nonlocal kl_bar
-                    kl_bar = _bar(args, total=n, desc="kl-divergence", unit="window")
-                    return kl_bar
-
-                try:
-                    d = kl_divergence(model, other, text, args.ctx, windows=args.windows, progress=kl_progress)
-                finally:
-                    if kl_bar is not None:
-                        kl_bar.close()
+                with _WindowBar(args, "kl-divergence") as bar:
+                    d = kl_divergence(model, other, text, args.ctx, windows=args.windows, progress=bar)
                 out["kl"] = d.as_dict()
                 print(f"base PPL {d.ppl_base:.4f}, other PPL {d.ppl_other:.4f} over {d.tokens} tokens")
                 q = d.kl_quantiles
@@ -529,18 +538,8 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
                     d.plot().figure.savefig(args.plot, dpi=120, bbox_inches="tight")
                 r = None
             else:
-                bar = None
-
-                def progress(n: int) -> Any:
-                    nonlocal bar
-                    bar = _bar(args, total=n, desc="perplexity", unit="window")
-                    return bar
-
-                try:
-                    r = perplexity(model, text, args.ctx, windows=args.windows, progress=progress)
-                finally:
-                    if bar is not None:
-                        bar.close()
+                with _WindowBar(args, "perplexity") as bar:
+                    r = perplexity(model, text, args.ctx, windows=args.windows, progress=bar)
     except ValueError as e:
         raise CLIError(str(e)) from None
     if r is not None:

@@ -23,15 +23,20 @@ import numpy as np
 LOGIT_ROWS = 64
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax of each row of logits [n, vocab], in float64."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return cast(np.ndarray, x - (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True))))
+
+
 def log_softmax_at(logits: np.ndarray, targets: Sequence[int] | np.ndarray) -> np.ndarray:
     """log softmax(logits[i])[targets[i]] for each row, in float64."""
-    x = np.asarray(logits, dtype=np.float64)
+    x = np.asarray(logits)
     t = np.asarray(targets, dtype=np.int64)
     if x.ndim != 2 or t.shape != (x.shape[0],):
         raise ValueError(f"logits must be [n, vocab] and targets [n], got {x.shape} and {t.shape}")
-    m = x.max(axis=1)
-    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
-    return cast(np.ndarray, x[np.arange(len(t)), t] - lse)
+    return log_softmax(x)[np.arange(len(t)), t]
 
 
 def _token_ids(model: Any, ids: Any, what: str) -> np.ndarray:
@@ -41,12 +46,6 @@ def _token_ids(model: Any, ids: Any, what: str) -> np.ndarray:
     if a.size and (a.min() < 0 or a.max() >= model.vocab_size):
         raise ValueError(f"{what} must be in [0, {model.vocab_size}), got ids {int(a.min())}..{int(a.max())}")
     return a.astype(np.int64)
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=1, keepdims=True)
-    return cast(np.ndarray, x - (m + np.log(np.exp(x - m).sum(axis=1, keepdims=True))))
 
 
 def score_from(model: Any, ids: np.ndarray, first: int) -> np.ndarray:
@@ -310,8 +309,8 @@ def kl_divergence(base: Any, other: Any, text: str | Sequence[int] | np.ndarray,
                     m.prefill(window[:first], logits="none")
                 for a in range(first, ctx - 1, rows):
                     b = min(a + rows, ctx - 1)
-                    la = _log_softmax(np.asarray(base.prefill(window[a:b], logits="all")).reshape(b - a, -1))
-                    lb = _log_softmax(np.asarray(other.prefill(window[a:b], logits="all")).reshape(b - a, -1))
+                    la = log_softmax(np.asarray(base.prefill(window[a:b], logits="all")).reshape(b - a, -1))
+                    lb = log_softmax(np.asarray(other.prefill(window[a:b], logits="all")).reshape(b - a, -1))
                     kls.append(np.sum(np.exp(la) * (la - lb), axis=1))
                     t = np.arange(b - a), window[a + 1:b + 1]
                     nll_a.append(-la[t])

@@ -20,12 +20,13 @@ raises ValueError. Logits containing NaN raise ValueError in :func:`sample`.
 
 from __future__ import annotations
 
-import math
 import numbers
 import sys
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
+
+from .evaluate import log_softmax
 
 __all__ = ["generate", "generate_ids", "sample", "SamplingParams", "checked_sampling", "token_ids", "TokenLogprob",
            "token_logprob", "Stream"]
@@ -220,9 +221,7 @@ class TokenLogprob(NamedTuple):
 
 def token_logprob(logits: np.ndarray, tid: int, k: int) -> TokenLogprob:
     """The TokenLogprob of choosing ``tid`` from ``logits`` (float64 log softmax)."""
-    x = np.asarray(logits, dtype=np.float64).reshape(-1)
-    m = float(x.max())
-    lp = x - (m + math.log(float(np.exp(x - m).sum())))
+    lp = log_softmax(np.asarray(logits).reshape(1, -1))[0]
     top = np.argpartition(-lp, k - 1)[:k] if 0 < k < len(lp) else np.arange(len(lp) if k > 0 else 0)
     top = top[np.argsort(-lp[top], kind="stable")]
     return TokenLogprob(int(tid), float(lp[tid]), [(int(i), float(lp[i])) for i in top])
