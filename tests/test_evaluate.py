@@ -170,3 +170,40 @@ def test_generate_logprobs_are_the_models_distribution(hf):
         m.generate(prompt, 2, logprobs=-1)
     with pytest.raises(TypeError):
         m.generate(prompt, 2, logprobs=1.5)
+
+
+def test_score_several_inputs_each_from_empty(hf):
+    m = from_hf(hf, max_seq=64)
+    a, b = token_ids(30, seed=36), token_ids(9, seed=37)
+    got = m.score([a, list(b)])
+    assert [g.shape for g in got] == [(29,), (8,)]
+    np.testing.assert_array_equal(got[0], m.logprobs(a))
+    np.testing.assert_array_equal(got[1], m.logprobs(b))
+    np.testing.assert_allclose(m.score([a], batch=4)[0], got[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"inputs\[1\] needs at least 2 token ids, got 1"):
+        m.score([a, [5]])
+    with pytest.raises(ValueError, match=r"inputs\[0\]: 70 ids do not fit in max_seq=64"):
+        m.score([token_ids(70, seed=38)])
+    with pytest.raises(ValueError, match="texts need model.tokenizer"):
+        m.score(["some text"])
+    with pytest.raises(TypeError, match="list of texts or of token-id lists"):
+        m.score("some text")
+    with pytest.raises(ValueError, match="batch must be an int >= 1"):
+        m.score([a], batch=0)
+
+
+def test_perplexity_batch_is_tokens_per_call(hf):
+    """--batch / batch=: at most B tokens per engine call; in f32 mode the same numbers up to the
+    float rounding of the kernels a call's token count picks."""
+    m = from_hf(hf, max_seq=64, activations="f32")
+    ids, ctx = token_ids(100, seed=39), 32
+    calls = []
+    real = m.prefill
+    m.prefill = lambda x, logits="last": calls.append(len(x)) or real(x, logits=logits)
+    r = perplexity(m, ids, ctx, batch=5)
+    assert max(calls) == 5 and sum(calls) == 3 * (ctx - 1)
+    del m.prefill
+    assert r.ppl == pytest.approx(perplexity(m, ids, ctx).ppl, rel=1e-6)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="batch must be an int >= 1"):
+            perplexity(m, ids, ctx, batch=bad)

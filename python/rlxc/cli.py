@@ -491,55 +491,100 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_perplexity(args: argparse.Namespace) -> int:
-    from .evaluate import kl_divergence, perplexity, perplexity_ray
+def _print_divergence(d: Any, what: str, args: argparse.Namespace) -> None:
+    print(f"base PPL {d.ppl_base:.4f}, other PPL {d.ppl_other:.4f} over {d.tokens} tokens")
+    q = d.kl_quantiles
+    print(f"KL({what}): mean {d.kl:.6f} +/- {d.kl_stderr:.6f}, median {q['median']:.3g}, "
+          f"p99 {q['p99']:.3g}, max {q['max']:.3g}; top-1 agreement {100 * d.top1:.2f} %")
+    if d.drift:
+        print(d.table())
+    if args.plot and d.drift:
+        import matplotlib
+        matplotlib.use("Agg")
+        d.plot().figure.savefig(args.plot, dpi=120, bbox_inches="tight")
 
+
+def _read_text(path: str) -> str:
     try:
-        with open(args.file, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     except UnicodeDecodeError as e:
-        raise CLIError(f"{args.file} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise CLIError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     if not text:
-        raise CLIError(f"{args.file} is empty")
+        raise CLIError(f"{path} is empty")
+    return text
+
+
+def cmd_perplexity(args: argparse.Namespace) -> int:
+    from .evaluate import kl_divergence, perplexity, perplexity_ray
+    from .llama_logits import kl_divergence_file, read_logits_file, save_logits
+
+    bases = [o for o, v in (("--kl-against", args.kl_against), ("--kl-activations", args.kl_activations),
+                            ("--hf", args.hf), ("--kl-base", args.kl_base)) if v]
+    if len(bases) > 1:
+        raise CLIError(f"{' and '.join(bases)}: give one thing to compare against")
+    if args.ray and (bases or args.save_logits):
+        raise CLIError(f"--ray computes perplexity only: drop {' '.join(bases) or '--save-logits'}")
+    if args.save_logits and bases:
+        raise CLIError(f"--save-logits writes a base: drop {bases[0]}")
+    if args.plot and not (args.kl_against or args.kl_activations or args.hf):
+        raise CLIError("--plot draws the per-layer drift of --kl-against, --kl-activations or --hf")
+    if args.file is None and not args.kl_base:
+        raise CLIError("give the text with -f FILE (only --kl-base FILE, which holds its tokens, goes without)")
+    text = _read_text(args.file) if args.file is not None and not args.kl_base else ""
     if args.ctx < 4:
         raise CLIError(f"--ctx must be >= 4, got {args.ctx}")
-    if args.ray and (args.kl_against or args.kl_activations):
-        raise CLIError("--ray computes perplexity only: drop --kl-against / --kl-activations")
+    if args.batch is not None and args.batch < 1:
+        raise CLIError(f"--batch must be >= 1, got {args.batch}")
+    if args.kl_base:
+        try:
+            args.ctx = read_logits_file(args.kl_base).n_ctx
+        except (OSError, ValueError) as e:
+            raise CLIError(str(e)) from None
     args.max_seq = args.max_seq or args.ctx  # a window's cache is all it needs
     out: dict[str, Any] = {"model": args.model, "file": args.file}
+    r = None
     try:
         if args.ray:
             _check_model_path(args.model)
             load = {k: v for k, v in dict(weights=args.weights, threads=args.threads, activations=args.activations,
                                           kv_type=args.kv_type, max_seq=args.max_seq).items() if v is not None}
             r = perplexity_ray(args.model, text, args.ctx, address=None if args.ray == "local" else args.ray,
-                               workers=args.ray_workers, windows=args.windows, **load)
+                               workers=args.ray_workers, windows=args.windows, batch=args.batch, **load)
         else:
             model = _load(args, args.model, args.weights)
-            if model.tokenizer is None:
+            if model.tokenizer is None and not args.kl_base:
                 raise CLIError(f"{args.model} has no tokenizer to read the text with")
             out.update(activations=model.activations, kv_type=model.kv_type)
-            if args.kl_against or args.kl_activations:
-                other = _load(args, args.kl_against, args.weights) if args.kl_against else model.fork()
-                if args.kl_activations:
-                    other.activations = args.kl_activations
+            kw = dict(windows=args.windows, batch=args.batch)
+            if args.kl_base:
                 with _WindowBar(args, "kl-divergence") as bar:
-                    d = kl_divergence(model, other, text, args.ctx, windows=args.windows, progress=bar)
+                    d = kl_divergence_file(model, args.kl_base, progress=bar, **kw)
                 out["kl"] = d.as_dict()
-                print(f"base PPL {d.ppl_base:.4f}, other PPL {d.ppl_other:.4f} over {d.tokens} tokens")
-                q = d.kl_quantiles
-                print(f"KL(base || other): mean {d.kl:.6f} +/- {d.kl_stderr:.6f}, median {q['median']:.3g}, "
-                      f"p99 {q['p99']:.3g}, max {q['max']:.3g}; top-1 agreement {100 * d.top1:.2f} %")
-                if d.drift:
-                    print(d.table())
-                if args.plot:
-                    import matplotlib
-                    matplotlib.use("Agg")
-                    d.plot().figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-                r = None
+                _print_divergence(d, f"{args.kl_base} || {args.model}", args)
+            elif bases:
+                if args.hf:
+                    from .hf_reference import HFReference
+
+                    base: Any = HFReference(args.hf, tokenizer=model.tokenizer)
+                    other, what = model, f"transformers {args.hf} || {args.model}"
+                else:
+                    other = _load(args, args.kl_against, args.weights) if args.kl_against else model.fork()
+                    if args.kl_activations:
+                        other.activations = args.kl_activations
+                    base, what = model, "base || other"
+                with _WindowBar(args, "kl-divergence") as bar:
+                    d = kl_divergence(base, other, text, args.ctx, progress=bar, **kw)
+                out["kl"] = d.as_dict()
+                _print_divergence(d, what, args)
+            elif args.save_logits:
+                with _WindowBar(args, "perplexity") as bar:
+                    r = save_logits(model, text, args.save_logits, args.ctx, progress=bar, **kw)
+                print(f"wrote {args.save_logits}: the distributions of {r.tokens} scored tokens "
+                      f"(llama-perplexity's --kl-divergence-base format)")
             else:
                 with _WindowBar(args, "perplexity") as bar:
-                    r = perplexity(model, text, args.ctx, windows=args.windows, progress=bar)
+                    r = perplexity(model, text, args.ctx, progress=bar, **kw)
     except ValueError as e:
         raise CLIError(str(e)) from None
     if r is not None:
@@ -664,15 +709,25 @@ def _parser() -> argparse.ArgumentParser:
                        "with BOS where the tokenizer adds one), runs each from an empty cache and scores its second "
                        "half: llama.cpp's llama-perplexity conventions, so the numbers compare.")
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("-f", "--file", required=True, help="UTF-8 text file")
+    p.add_argument("-f", "--file", help="UTF-8 text file")
     p.add_argument("-c", "--ctx", type=int, default=512, help="tokens per window (default 512)")
+    p.add_argument("-b", "--batch", type=int, default=None, help="at most B tokens per engine call (llama-perplexity's "
+                   "-b; default: a window's first half at once)")
     p.add_argument("--windows", type=int, default=None, help="score at most this many windows")
     p.add_argument("--json", metavar="OUT", help="also write the result as JSON to OUT")
     p.add_argument("--kl-against", metavar="MODEL2", help="KL divergence of MODEL2 from MODEL (the base), top-1 "
                    "agreement and the per-layer drift of the residual stream, over the same windows")
     p.add_argument("--kl-activations", choices=["q8", "f32"], help="the same against MODEL itself run with these "
                    "activations (e.g. base --activations f32, --kl-activations q8: what 8-bit rounding costs)")
-    p.add_argument("--plot", metavar="PNG", help="with --kl-*: the per-layer drift as a plot (matplotlib)")
+    p.add_argument("--hf", metavar="PATH", help="the same with transformers' float32 run of the HF checkpoint folder "
+                   "PATH as the base (MODEL's tokenizer reads the text)")
+    p.add_argument("--kl-base", metavar="LOGITS", help="KL divergence of MODEL from the distributions in a "
+                   "llama-perplexity log-probability file (llama.cpp's --kl-divergence-base, or --save-logits), on "
+                   "its tokens, windows and context (-f not needed)")
+    p.add_argument("--save-logits", metavar="LOGITS", help="also write every scored distribution to LOGITS in "
+                   "llama-perplexity's --kl-divergence-base format (llama-perplexity --kl-divergence reads it)")
+    p.add_argument("--plot", metavar="PNG", help="with --kl-against/--kl-activations/--hf: the per-layer drift as a "
+                   "plot (matplotlib)")
     p.add_argument("--ray", metavar="ADDRESS", help="share the windows over a Ray cluster ('local' starts one here; "
                    "MODEL must be readable at the same path on every node; pip install 'rlxc[ray]')")
     p.add_argument("--ray-workers", type=int, default=None, help="Ray tasks (default: the cluster's CPUs)")

@@ -15,7 +15,7 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -48,29 +48,62 @@ def _token_ids(model: Any, ids: Any, what: str) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def score_from(model: Any, ids: np.ndarray, first: int) -> np.ndarray:
-    """From an empty cache: log p(ids[i + 1] | ids[:i + 1]) for first <= i < len(ids) - 1."""
+def _check_batch(batch: Any) -> int | None:
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be an int >= 1 (tokens per engine call), got {batch!r}")
+    return int(batch)
+
+
+def _prefill_in(model: Any, ids: np.ndarray, batch: int | None) -> None:
+    """Prefill ids with no logits, at most ``batch`` tokens per engine call."""
+    step = batch or max(len(ids), 1)
+    for a in range(0, len(ids), step):
+        model.prefill(ids[a:a + step], logits="none")
+
+
+def _logit_rows(model: Any, ids: np.ndarray, first: int, batch: int | None,
+                rows: int = LOGIT_ROWS) -> Iterator[tuple[int, int, np.ndarray]]:
+    """From an empty cache: yields (a, b, the logits after ids[a:b], float32 [b - a, vocab]) for
+    first <= a < b <= len(ids) - 1, covering every position from first on (``rows`` at a time,
+    fewer when ``batch`` is smaller)."""
     n = len(ids)
     model.reset()
-    if first > 0:
-        model.prefill(ids[:first], logits="none")
-    out = []
-    for a in range(first, n - 1, LOGIT_ROWS):
-        b = min(a + LOGIT_ROWS, n - 1)
-        rows = np.asarray(model.prefill(ids[a:b], logits="all")).reshape(b - a, -1)
-        out.append(log_softmax_at(rows, ids[a + 1:b + 1]))
+    _prefill_in(model, ids[:first], batch)
+    step = min(rows, batch or rows)
+    for a in range(first, n - 1, step):
+        b = min(a + step, n - 1)
+        yield a, b, np.asarray(model.prefill(ids[a:b], logits="all")).reshape(b - a, -1)
+
+
+def _log_softmax_rows(model: Any, ids: np.ndarray, first: int, batch: int | None,
+                      rows: int = LOGIT_ROWS) -> Iterator[tuple[int, int, np.ndarray]]:
+    """:func:`_logit_rows` with each row's log softmax (float64)."""
+    for a, b, x in _logit_rows(model, ids, first, batch, rows):
+        yield a, b, log_softmax(x)
+
+
+def score_from(model: Any, ids: np.ndarray, first: int, batch: int | None = None) -> np.ndarray:
+    """From an empty cache: log p(ids[i + 1] | ids[:i + 1]) for first <= i < len(ids) - 1, at most
+    ``batch`` tokens per engine call (None: the first ``first`` at once)."""
+    out = [lp[np.arange(b - a), ids[a + 1:b + 1]] for a, b, lp in _log_softmax_rows(model, ids, first, batch)]
     return np.concatenate(out) if out else np.zeros(0)
+
+
+def _scorable(model: Any, ids: Any, what: str) -> np.ndarray:
+    a = _token_ids(model, ids, what)
+    if len(a) < 2:
+        raise ValueError(f"{what} needs at least 2 token ids, got {len(a)}")
+    if len(a) - 1 > model.max_seq:
+        raise ValueError(f"{what}: {len(a)} ids do not fit in max_seq={model.max_seq}")
+    return a
 
 
 def logprobs(model: Any, ids: Any) -> np.ndarray:
     """log p(ids[i + 1] | ids[:i + 1]) for every i < len(ids) - 1 (float64), from an empty cache
     (the model's cache holds ``ids[:-1]`` afterwards)."""
-    a = _token_ids(model, ids, "ids")
-    if len(a) < 2:
-        raise ValueError(f"logprobs needs at least 2 token ids, got {len(a)}")
-    if len(a) - 1 > model.max_seq:
-        raise ValueError(f"{len(a)} ids do not fit in max_seq={model.max_seq}")
-    return score_from(model, a, 0)
+    return score_from(model, _scorable(model, ids, "logprobs"), 0)
 
 
 @dataclass
@@ -128,9 +161,13 @@ def _windows(model: Any, text: Any, ctx: Any, windows: int | None) -> tuple[np.n
     if windows is not None and (isinstance(windows, bool) or int(windows) < 1):
         raise ValueError(f"windows must be >= 1, got {windows!r}")
     n = len(ids) // int(ctx) if windows is None else min(int(windows), len(ids) // int(ctx))
+    return ids, n, window_bos(model)
+
+
+def window_bos(model: Any) -> int | None:
+    """The BOS id each window starts with: the tokenizer's, where it adds one."""
     tok = model.tokenizer
-    bos = int(tok.bos_id) if tok is not None and getattr(tok, "add_bos", False) and tok.bos_id is not None else None
-    return ids, n, bos
+    return int(tok.bos_id) if tok is not None and getattr(tok, "add_bos", False) and tok.bos_id is not None else None
 
 
 def _window(ids: np.ndarray, w: int, ctx: int, bos: int | None) -> np.ndarray:
@@ -149,14 +186,18 @@ def _progress_bar(progress: Any, n: int) -> Any:
 
 
 def perplexity(model: Any, text: str | Sequence[int] | np.ndarray, ctx: int = 512, *, windows: int | None = None,
-               progress: Callable[[int], Any] | bool = False) -> Perplexity:
+               batch: int | None = None, progress: Callable[[int], Any] | bool = False) -> Perplexity:
     """Perplexity of ``text`` (a string, tokenized with the model's tokenizer, or token ids)
     with llama-perplexity's conventions (module docstring). ``windows`` caps the number of
-    windows; ``progress`` True shows a tqdm bar (or pass a callable taking the window count
-    and returning a bar with ``update()``).
+    windows; ``batch`` caps the tokens per engine call (llama-perplexity's ``-b``: it changes
+    the numbers only through float rounding, as the kernels follow a call's token count; with
+    8-bit activations a sensitive model amplifies that, e.g. Gemma 3 270M's logits move by up
+    to ~1); ``progress`` True shows a tqdm bar (or pass a callable taking the window count and
+    returning a bar with ``update()``).
 
     Raises ValueError for an empty text, one shorter than two windows (llama-perplexity's
-    minimum), ``ctx`` < 4 or beyond ``model.max_seq``."""
+    minimum), ``ctx`` < 4 or beyond ``model.max_seq``, ``batch`` < 1."""
+    batch = _check_batch(batch)
     ids, n, bos = _windows(model, text, ctx, windows)
     bar = _progress_bar(progress, n)
     first = ctx // 2
@@ -164,7 +205,7 @@ def perplexity(model: Any, text: str | Sequence[int] | np.ndarray, ctx: int = 51
     t0 = time.perf_counter()
     try:
         for w in range(n):
-            nll.append(-score_from(model, _window(ids, w, ctx, bos), first))
+            nll.append(-score_from(model, _window(ids, w, ctx, bos), first, batch))
             if bar is not None:
                 bar.update(1)
     finally:
@@ -182,16 +223,18 @@ def _result(nll: list[np.ndarray], windows: int, ctx: int, seconds: float) -> Pe
                       seconds=seconds, per_window=[float(v.mean()) for v in nll])
 
 
-def _score_windows(path: str, load: dict[str, Any], windows: list[np.ndarray], first: int) -> list[np.ndarray]:
+def _score_windows(path: str, load: dict[str, Any], windows: list[np.ndarray], first: int,
+                   batch: int | None) -> list[np.ndarray]:
     """A Ray task: load the model (memory-mapped) and score its windows."""
     from . import loaders
 
     m = loaders.load(path, **load)
-    return [-score_from(m, w, first) for w in windows]
+    return [-score_from(m, w, first, batch) for w in windows]
 
 
 def perplexity_ray(path: str, text: str | Sequence[int] | np.ndarray, ctx: int = 512, *, address: str | None = None,
-                   workers: int | None = None, windows: int | None = None, **load: Any) -> Perplexity:
+                   workers: int | None = None, windows: int | None = None, batch: int | None = None,
+                   **load: Any) -> Perplexity:
     """:func:`perplexity` with the windows shared over a Ray cluster (``pip install 'rlxc[ray]'``).
 
     ``path`` (a GGUF file or HF folder) must be readable at that path on every node: each task
@@ -205,6 +248,7 @@ def perplexity_ray(path: str, text: str | Sequence[int] | np.ndarray, ctx: int =
 
     from . import loaders
 
+    batch = _check_batch(batch)
     load = {"max_seq": ctx, **load}
     local = loaders.load(path, **load)  # the tokenizer and the checks, here
     ids, n, bos = _windows(local, text, ctx, windows)
@@ -217,7 +261,7 @@ def perplexity_ray(path: str, text: str | Sequence[int] | np.ndarray, ctx: int =
     task = ray.remote(num_cpus=1)(_score_windows)
     cuts = np.linspace(0, n, workers + 1).astype(int)
     t0 = time.perf_counter()
-    futures = [task.remote(path, load, wins[a:b], ctx // 2) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    futures = [task.remote(path, load, wins[a:b], ctx // 2, batch) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     nll = [v for part in ray.get(futures) for v in part]
     return _result(nll, n, int(ctx), time.perf_counter() - t0)
 
@@ -270,72 +314,122 @@ class Divergence:
                 f"{self.tokens} tokens)")
 
 
+class _KLStats:
+    """Per-token sums of a comparison of two next-token distributions, in window order."""
+
+    def __init__(self, cutoff: float | None = None) -> None:
+        self.cutoff = cutoff  # base log-probabilities at or below it add nothing (llama-perplexity: -16)
+        self.kl: list[np.ndarray] = []
+        self.nll_base: list[np.ndarray] = []
+        self.nll_other: list[np.ndarray] = []
+        self.agree: list[np.ndarray] = []
+
+    def add(self, base: np.ndarray, other: np.ndarray, targets: np.ndarray) -> None:
+        """Rows of log-probabilities [n, vocab] of both and the n tokens that came next."""
+        terms = np.exp(base) * (base - other)
+        if self.cutoff is not None:
+            terms = np.where(base > self.cutoff, terms, 0.0)
+        self.kl.append(terms.sum(axis=1))
+        t = np.arange(len(targets)), targets
+        self.nll_base.append(-base[t])
+        self.nll_other.append(-other[t])
+        self.agree.append(base.argmax(axis=1) == other.argmax(axis=1))
+
+    def result(self, windows: int, ctx: int, seconds: float, drift: list[dict[str, float]]) -> Divergence:
+        kl = np.concatenate(self.kl)
+        q = np.quantile(kl, [0.5, 0.9, 0.99])
+        return Divergence(
+            kl=float(kl.mean()), kl_stderr=float(kl.std(ddof=1) / math.sqrt(len(kl))),
+            kl_quantiles={"median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]), "max": float(kl.max())},
+            top1=float(np.concatenate(self.agree).mean()),
+            ppl_base=math.exp(float(np.concatenate(self.nll_base).mean())),
+            ppl_other=math.exp(float(np.concatenate(self.nll_other).mean())), tokens=len(kl), windows=windows,
+            ctx=int(ctx), seconds=seconds, drift=drift)
+
+
+class _Drift:
+    """Per layer, the residual stream of one run against another's over every position."""
+
+    def __init__(self, layers: int) -> None:
+        self.sq_diff = np.zeros(layers)
+        self.sq_base = np.zeros(layers)
+        self.cos_sum = np.zeros(layers)
+        self.positions = 0
+        self.names = [f"layers.{i}.resid_post" for i in range(layers)]
+
+    def add(self, base: Any, other: Any) -> None:
+        """The two runs' collected stages over the same positions."""
+        for i, name in enumerate(self.names):
+            xa, xb = np.asarray(base[name], np.float64), np.asarray(other[name], np.float64)
+            xa, xb = xa.reshape(len(xa), -1), xb.reshape(len(xb), -1)
+            self.sq_diff[i] += float(np.sum((xb - xa) ** 2))
+            self.sq_base[i] += float(np.sum(xa ** 2))
+            den = np.linalg.norm(xa, axis=1) * np.linalg.norm(xb, axis=1)
+            self.cos_sum[i] += float(np.sum(np.sum(xa * xb, axis=1) / np.where(den > 0, den, 1.0)))
+        self.positions += len(np.asarray(base[self.names[0]])) if self.names else 0
+
+    def rows(self) -> list[dict[str, float]]:
+        return [{"layer": i, "rel_err": float(np.sqrt(self.sq_diff[i] / self.sq_base[i])) if self.sq_base[i] else 0.0,
+                 "cosine": float(self.cos_sum[i] / self.positions) if self.positions else 0.0}
+                for i in range(len(self.names))]
+
+
 def kl_divergence(base: Any, other: Any, text: str | Sequence[int] | np.ndarray, ctx: int = 512, *,
-                  windows: int | None = None, drift: bool = True,
+                  windows: int | None = None, drift: bool = True, batch: int | None = None,
                   progress: Callable[[int], Any] | bool = False) -> Divergence:
     """KL(base || other) of the next-token distributions over the tokens :func:`perplexity`
     scores (same windows, text tokenized with ``base``'s tokenizer), top-1 agreement, both
     perplexities, and with ``drift`` each layer's output residual of ``other`` against
     ``base`` over every position run (models with the same layer count and width). ``other``
     must be another model object: ``base.fork()`` gives the same weights under other settings
-    (``activations``, ``kv_type``)."""
+    (``activations``, ``kv_type``); ``base`` may be a transformers model
+    (:class:`rlxc.hf_reference.HFReference`)."""
     if other is base:
         raise ValueError("kl_divergence needs two model objects: use base.fork() for the same weights")
     if base.vocab_size != other.vocab_size:
         raise ValueError(f"the models' vocabularies differ: {base.vocab_size} vs {other.vocab_size} tokens")
     if ctx > getattr(other, "max_seq", ctx):
         raise ValueError(f"ctx={ctx} exceeds the other model's max_seq={other.max_seq}")
+    batch = _check_batch(batch)
     ids, n, bos = _windows(base, text, ctx, windows)
     layers = len(base.layers)
     if drift and (len(other.layers) != layers or
                   any(int(a.hidden_size) != int(b.hidden_size) for a, b in zip(base.layers, other.layers))):
         drift = False
-    names = [f"layers.{i}.resid_post" for i in range(layers)] if drift else []
-    sq_diff = np.zeros(layers)
-    sq_base = np.zeros(layers)
-    cos_sum = np.zeros(layers)
-    positions = 0
-    kls, nll_a, nll_b, agree = [], [], [], []
+    res = _Drift(layers if drift else 0)
+    stats = _KLStats()
     bar = _progress_bar(progress, n)
     first, rows = ctx // 2, LOGIT_ROWS // 2
     t0 = time.perf_counter()
     try:
         for w in range(n):
             window = _window(ids, w, ctx, bos)
-            collect = (lambda m: m.collect(names)) if names else (lambda m: contextlib.nullcontext({}))
+            collect = (lambda m: m.collect(res.names)) if drift else (lambda m: contextlib.nullcontext({}))
             with collect(base) as ca, collect(other) as cb:
-                for m in (base, other):
-                    m.reset()
-                    m.prefill(window[:first], logits="none")
-                for a in range(first, ctx - 1, rows):
-                    b = min(a + rows, ctx - 1)
-                    la = log_softmax(np.asarray(base.prefill(window[a:b], logits="all")).reshape(b - a, -1))
-                    lb = log_softmax(np.asarray(other.prefill(window[a:b], logits="all")).reshape(b - a, -1))
-                    kls.append(np.sum(np.exp(la) * (la - lb), axis=1))
-                    t = np.arange(b - a), window[a + 1:b + 1]
-                    nll_a.append(-la[t])
-                    nll_b.append(-lb[t])
-                    agree.append(la.argmax(axis=1) == lb.argmax(axis=1))
-                for i, name in enumerate(names):
-                    xa, xb = np.asarray(ca[name], np.float64), np.asarray(cb[name], np.float64)
-                    xa, xb = xa.reshape(len(xa), -1), xb.reshape(len(xb), -1)
-                    sq_diff[i] += float(np.sum((xb - xa) ** 2))
-                    sq_base[i] += float(np.sum(xa ** 2))
-                    den = np.linalg.norm(xa, axis=1) * np.linalg.norm(xb, axis=1)
-                    cos_sum[i] += float(np.sum(np.sum(xa * xb, axis=1) / np.where(den > 0, den, 1.0)))
-                positions += ctx - 1 if names else 0
+                for (a, b, la), (_, _, lb) in zip(_log_softmax_rows(base, window, first, batch, rows),
+                                                  _log_softmax_rows(other, window, first, batch, rows)):
+                    stats.add(la, lb, window[a + 1:b + 1])
+            if drift:
+                res.add(ca, cb)
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None and progress is True:
             bar.close()
-    kl = np.concatenate(kls)
-    q = np.quantile(kl, [0.5, 0.9, 0.99])
-    return Divergence(
-        kl=float(kl.mean()), kl_stderr=float(kl.std(ddof=1) / math.sqrt(len(kl))),
-        kl_quantiles={"median": float(q[0]), "p90": float(q[1]), "p99": float(q[2]), "max": float(kl.max())},
-        top1=float(np.concatenate(agree).mean()), ppl_base=math.exp(float(np.concatenate(nll_a).mean())),
-        ppl_other=math.exp(float(np.concatenate(nll_b).mean())), tokens=len(kl), windows=n, ctx=int(ctx),
-        seconds=time.perf_counter() - t0,
-        drift=[{"layer": i, "rel_err": float(np.sqrt(sq_diff[i] / sq_base[i])) if sq_base[i] else 0.0,
-                "cosine": float(cos_sum[i] / positions)} for i in range(layers)] if names else [])
+    return stats.result(n, int(ctx), time.perf_counter() - t0, res.rows() if drift else [])
+
+
+def score(model: Any, inputs: Sequence[Any], batch: int | None = None) -> list[np.ndarray]:
+    """For each input (a text, tokenized with the model's tokenizer and its BOS, or a list of
+    token ids), from an empty cache: log p(ids[i + 1] | ids[:i + 1]) for every i, float64."""
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        raise TypeError("score takes a list of texts or of token-id lists")
+    batch = _check_batch(batch)
+    out = []
+    for k, x in enumerate(inputs):
+        if isinstance(x, str):
+            if model.tokenizer is None:
+                raise ValueError("texts need model.tokenizer (or pass token ids)")
+            x = model.tokenizer.encode(x)
+        out.append(score_from(model, _scorable(model, x, f"inputs[{k}]"), 0, batch))
+    return out

@@ -705,11 +705,17 @@ class Model:
         cache (:func:`rlxc.evaluate.logprobs`)."""
         return evaluate.logprobs(self, ids)
 
-    def perplexity(self, text: Any, ctx: int = 512, *, windows: int | None = None,
+    def score(self, inputs: Sequence[Any], batch: int | None = None) -> list[np.ndarray]:
+        """Per-token log-probabilities of several texts (tokenized with BOS) or token-id lists,
+        each from an empty cache: ``out[k][i] = log p(ids[i + 1] | ids[:i + 1])``, float64
+        (:func:`rlxc.evaluate.score`)."""
+        return evaluate.score(self, inputs, batch)
+
+    def perplexity(self, text: Any, ctx: int = 512, *, windows: int | None = None, batch: int | None = None,
                    progress: Any = False) -> evaluate.Perplexity:
         """Perplexity of a text (or token ids) over windows of ``ctx`` tokens, scoring each
         window's second half as llama.cpp's llama-perplexity does (:func:`rlxc.evaluate.perplexity`)."""
-        return evaluate.perplexity(self, text, ctx, windows=windows, progress=progress)
+        return evaluate.perplexity(self, text, ctx, windows=windows, batch=batch, progress=progress)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """``model.tokenizer.encode`` (raises if the model has no tokenizer)."""
