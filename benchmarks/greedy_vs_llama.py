@@ -1,6 +1,9 @@
 """Greedy continuations of rlxc against the newest llama.cpp's `llama-completion --temp 0` on the
 same GGUF (default Gemma 3 270M Q4_K_M), K/V in f16 on both sides (llama.cpp's default, flash
 attention on), rlxc with its default activations ("q8") unless --activations says otherwise.
+`--against rlxc-prefill` puts rlxc itself in llama.cpp's place, each token from a fresh prefill
+of the whole sequence: the same numbers up to the float rounding of other kernels, which shows
+how early two correct engines can part on this model.
 
 Two engines that round differently agree exactly only while the model's choice is clear. For
 each prompt this prints where rlxc's text first leaves llama.cpp's (the token index in rlxc's
@@ -8,7 +11,8 @@ continuation, or none within --tokens), and the first index where rlxc's own top
 below --gap: the agreement holds when the divergence comes no earlier than that. The gap at
 the divergence is printed too. Exit status 1 if any prompt diverges before its first close call.
 
-    python benchmarks/greedy_vs_llama.py [--model PATH] [--tokens 64] [--kv-type f16] [--json OUT]
+    python benchmarks/greedy_vs_llama.py [--model PATH] [--tokens 64] [--kv-type f16]
+        [--against llama.cpp|rlxc-prefill] [--json OUT]
 """
 
 from __future__ import annotations
@@ -58,6 +62,16 @@ def rlxc_greedy(m, prompt: str, n: int) -> tuple[list[int], list[float]]:
     return out, gaps
 
 
+def rlxc_greedy_by_prefill(m, prompt: str, n: int) -> list[int]:
+    """rlxc's greedy tokens with each step a fresh prefill of the whole sequence: the same
+    model through the kernels of T = length instead of T = 1 (the noise floor of the check)."""
+    ids = list(m.tokenizer.encode(prompt))
+    for _ in range(n):
+        m.reset()
+        ids.append(int(np.argmax(np.asarray(m.prefill(np.asarray(ids), logits="last")).reshape(-1))))
+    return ids[-n:]
+
+
 def divergence(m, toks: list[int], text: str) -> int | None:
     """The first index of rlxc's tokens whose text is no longer a prefix of llama.cpp's."""
     for i in range(len(toks)):
@@ -76,6 +90,9 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.1)
     ap.add_argument("--llama-fa", default="on", choices=["on", "off"],
                     help="llama.cpp's flash attention (on: its CPU kernel converts Q to f16 and sums V in f16)")
+    ap.add_argument("--against", default="llama.cpp", choices=["llama.cpp", "rlxc-prefill"],
+                    help="rlxc-prefill: rlxc itself, each token from a fresh prefill of the sequence (the "
+                         "same model through other kernels' float rounding: what any two engines can expect)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import rlxc
@@ -84,12 +101,16 @@ def main() -> int:
     binary = os.path.join(os.path.dirname(build_llama_cpp()), "llama-completion")
     m = rlxc.load(path, max_seq=1024, threads=args.threads, kv_type=args.kv_type, activations=args.activations)
     print(f"# {host()}; {os.path.basename(path)}; kv {args.kv_type}, activations {args.activations}, "
-          f"{args.tokens} tokens; llama.cpp flash attention {args.llama_fa}")
+          f"{args.tokens} tokens; against {args.against}" +
+          (f", flash attention {args.llama_fa}" if args.against == "llama.cpp" else ""))
     print(f"{'prompt':<50} {'diverges at':>11} {'gap there':>9} {'first gap<' + str(args.gap):>13}  ok")
     rows, bad = [], 0
     for prompt in PROMPTS:
         # llama-completion prints exactly the tokens it generated, so compare on text
-        text = llama_text(binary, path, prompt, args.tokens, args.threads, args.kv_type, args.llama_fa)
+        if args.against == "llama.cpp":
+            text = llama_text(binary, path, prompt, args.tokens, args.threads, args.kv_type, args.llama_fa)
+        else:
+            text = m.tokenizer.decode(rlxc_greedy_by_prefill(m, prompt, args.tokens))
         toks, gaps = rlxc_greedy(m, prompt, args.tokens)
         at = divergence(m, toks, text)
         close = next((i for i, g in enumerate(gaps) if g < args.gap), None)

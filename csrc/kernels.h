@@ -70,6 +70,20 @@ typedef struct {
     uint8_t qs[RLXC_QK / 2];
 } block_q5_0;
 
+/* GGUF Q4_1: x = d * q + m, q = 4 bits as in Q4_0 (element j in the low nibble of qs[j], j+16
+ * in the high nibble), m the block's minimum. */
+typedef struct {
+    rlxc_fp16 d, m;
+    uint8_t qs[RLXC_QK / 2];
+} block_q4_1;
+
+/* GGUF Q5_1: x = d * q + m, q = 5 bits laid out as in Q5_0. */
+typedef struct {
+    rlxc_fp16 d, m;
+    uint8_t qh[4];
+    uint8_t qs[RLXC_QK / 2];
+} block_q5_1;
+
 /* GGUF Q4_K: 8 sub-blocks of 32, x = d * sc[j] * q - dmin * m[j] with q = 4 bits and 6-bit
  * sc[j], m[j] packed into `scales` (rlxc_q4_k_scales). Sub-blocks 2i and 2i+1 are the low and
  * high nibbles of qs[32i .. 32i+32). */
@@ -98,6 +112,8 @@ typedef struct {
 } block_q8_k;
 
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 must match the GGUF layout");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must match the GGUF layout");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 must match the GGUF layout");
 _Static_assert(sizeof(block_q4_k) == 144, "block_q4_k must match the GGUF layout");
 _Static_assert(sizeof(block_q6_k) == 210, "block_q6_k must match the GGUF layout");
 _Static_assert(sizeof(block_q8_k) == 292, "block_q8_k must match ggml's layout");
@@ -137,7 +153,7 @@ rlxc_bf16 rlxc_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (a
 typedef struct {
     /* The activations the products take. NULL: float rows (f32, f16, bf16 weights). Else blocks
      * of x_block values, x_block_bytes each, that quantize_x makes from a float row of K (a
-     * multiple of x_block): Q8_0 for q4_0 / q5_0 / q8_0, Q8_K for q4_k / q6_k, bit-identical
+     * multiple of x_block): Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0, Q8_K for q4_k / q6_k, bit-identical
      * across ISAs. This is how RLXC_ACT_Q8 multiplies the block types. */
     void (*quantize_x)(void *y, const float *x, int K);
     int x_block;
@@ -230,6 +246,8 @@ typedef struct rlxc_kernels {
                [RLXC_Q8_0] = {RLXC_BLOCK_WTYPE_FIELDS(q8_0, sq, q8_0, RLXC_QK, sxq, sdq, sfx),                \
                              .matvec_x16 = rlxc_matvec_q8_0x16_##x16, .matmul_x16 = rlxc_matmul_q8_0x16_##x16}, \
                [RLXC_Q5_0] = RLXC_BLOCK_WTYPE(q5_0, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
+               [RLXC_Q4_1] = RLXC_BLOCK_WTYPE(q4_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
+               [RLXC_Q5_1] = RLXC_BLOCK_WTYPE(q5_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
         .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
@@ -247,13 +265,16 @@ typedef struct rlxc_kernels {
     void rlxc_matmul_##type##_##sfx(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 #define RLXC_DECLARE_F32(sfx) RLXC_DECLARE_MAT(f32, sfx)
 #define RLXC_DECLARE_Q(sfx) RLXC_DECLARE_MAT(q4_0, sfx) RLXC_DECLARE_MAT(q8_0, sfx)
-#define RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_MAT(q5_0, sfx) RLXC_DECLARE_MAT(q4_k, sfx) RLXC_DECLARE_MAT(q6_k, sfx)
+#define RLXC_DECLARE_WQ(sfx)                                                                                      \
+    RLXC_DECLARE_MAT(q5_0, sfx) RLXC_DECLARE_MAT(q4_1, sfx) RLXC_DECLARE_MAT(q5_1, sfx) RLXC_DECLARE_MAT(q4_k, sfx) \
+    RLXC_DECLARE_MAT(q6_k, sfx)
 #define RLXC_DECLARE_HALF(sfx) RLXC_DECLARE_MAT(f16, sfx) RLXC_DECLARE_MAT(bf16, sfx)
 #define RLXC_DECLARE_XQ(sfx)                                           \
     void rlxc_quantize_row_q8_0_##sfx(void *y, const float *x, int K); \
     void rlxc_quantize_row_q8_k_##sfx(void *y, const float *x, int K);
 /* M(type, sfx) for each block type */
-#define RLXC_FOR_BLOCK_TYPES(M, sfx) M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_k, sfx) M(q6_k, sfx)
+#define RLXC_FOR_BLOCK_TYPES(M, sfx) \
+    M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_1, sfx) M(q5_1, sfx) M(q4_k, sfx) M(q6_k, sfx)
 #define RLXC_DECLARE_DQ_1(type, sfx) void rlxc_dequantize_row_##type##_##sfx(float *y, const void *w, int K);
 #define RLXC_DECLARE_FX_1(type, sfx) \
     void rlxc_matvec_fx_##type##_##sfx(float *y, const void *w, const float *x, int N, int K);
@@ -292,6 +313,8 @@ extern const rlxc_kernels rlxc_kernels_scalar;
 /* Reference weight quantizer and dequantizers of the float types, bit-exact with the gguf
  * package (and ggml's *_ref). */
 void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K);
+void rlxc_quantize_row_q4_1(block_q4_1 *y, const float *x, int K);
+void rlxc_quantize_row_q5_1(block_q5_1 *y, const float *x, int K);
 void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K);
 void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K);
 

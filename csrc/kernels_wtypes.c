@@ -1,5 +1,5 @@
-/* Scalar reference kernels of the GGUF weight types beyond Q4_0/Q8_0: F16, BF16, Q5_0, Q4_K,
- * Q6_K, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
+/* Scalar reference kernels of the GGUF weight types beyond Q4_0/Q8_0: F16, BF16, Q5_0, Q4_1,
+ * Q5_1, Q4_K, Q6_K, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
  * the dequantizers round exactly like gguf.quants.dequantize (NumPy float32, one rounding per
  * operation). Each block type is first unpacked to its integer quants; the dequantizers scale
  * those, and the dot products multiply them with the activations' quants exactly in integers,
@@ -11,13 +11,25 @@
 
 /* ---- unpacking to integer quants ---- */
 
-static void unpack_q5_0(int8_t q[RLXC_QK], const block_q5_0 *b) {
-    const uint32_t qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 |
-                        (uint32_t)b->qh[3] << 24;
+/* 0..15 (Q4_0's layout, no offset) */
+static void unpack_4bit(uint8_t q[RLXC_QK], const uint8_t qs[RLXC_QK / 2]) {
     for (int j = 0; j < RLXC_QK / 2; j++) {
-        q[j] = (int8_t)(((b->qs[j] & 0x0f) | ((qh >> j) & 1) << 4) - 16);
-        q[j + RLXC_QK / 2] = (int8_t)(((b->qs[j] >> 4) | ((qh >> (j + RLXC_QK / 2)) & 1) << 4) - 16);
+        q[j] = qs[j] & 0x0f;
+        q[j + RLXC_QK / 2] = qs[j] >> 4;
     }
+}
+
+/* 0..31 (Q5_0's layout, no offset) */
+static void unpack_5bit(uint8_t q[RLXC_QK], const uint8_t qh[4], const uint8_t qs[RLXC_QK / 2]) {
+    const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    unpack_4bit(q, qs);
+    for (int j = 0; j < RLXC_QK; j++) q[j] |= (uint8_t)(((h >> j) & 1) << 4);
+}
+
+static void unpack_q5_0(int8_t q[RLXC_QK], const block_q5_0 *b) {
+    uint8_t u[RLXC_QK];
+    unpack_5bit(u, b->qh, b->qs);
+    for (int j = 0; j < RLXC_QK; j++) q[j] = (int8_t)(u[j] - 16);
 }
 
 /* 0..15, in element order */
@@ -49,6 +61,27 @@ void rlxc_dequantize_row_q5_0_scalar(float *y, const void *vx, int K) {
         const float d = rlxc_fp16_to_f32(x[b].d);
         unpack_q5_0(q, &x[b]);
         for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)q[j];
+    }
+}
+
+/* Q4_1 / Q5_1: d * q + m, the product rounded first (as gguf's NumPy code) */
+void rlxc_dequantize_row_q4_1_scalar(float *y, const void *vx, int K) {
+    const block_q4_1 *x = vx;
+    uint8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const float d = rlxc_fp16_to_f32(x[b].d), m = rlxc_fp16_to_f32(x[b].m);
+        unpack_4bit(q, x[b].qs);
+        for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)q[j] + m;
+    }
+}
+
+void rlxc_dequantize_row_q5_1_scalar(float *y, const void *vx, int K) {
+    const block_q5_1 *x = vx;
+    uint8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const float d = rlxc_fp16_to_f32(x[b].d), m = rlxc_fp16_to_f32(x[b].m);
+        unpack_5bit(q, x[b].qh, x[b].qs);
+        for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)q[j] + m;
     }
 }
 
@@ -85,6 +118,48 @@ void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K) {
 
 void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K) {
     for (int k = 0; k < K; k++) y[k] = rlxc_bf16_to_f32(x[k]);
+}
+
+/* ---- Q4_1 / Q5_1 from floats (bit-exact with gguf.quants.quantize) ---- */
+
+/* One block over [min, max] in `levels` steps: q = trunc((x - min) / d + 0.5) with the float
+ * reciprocal of d = (max - min) / levels, d and m = min stored as fp16. */
+static void quantize_min_block(uint8_t q[RLXC_QK], rlxc_fp16 *d16, rlxc_fp16 *m16, const float *x, int levels) {
+    float mn = x[0], mx = x[0];
+    for (int j = 1; j < RLXC_QK; j++) {
+        mn = x[j] < mn ? x[j] : mn;
+        mx = x[j] > mx ? x[j] : mx;
+    }
+    const float d = (mx - mn) / (float)levels;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < RLXC_QK; j++) {
+        const float v = truncf((x[j] - mn) * id + 0.5f);
+        q[j] = (uint8_t)(v < 0.0f ? 0 : v > (float)levels ? levels : (int)v);
+    }
+    *d16 = rlxc_f32_to_fp16(d), *m16 = rlxc_f32_to_fp16(mn);
+}
+
+static void pack_4bit(uint8_t qs[RLXC_QK / 2], const uint8_t q[RLXC_QK]) {
+    for (int j = 0; j < RLXC_QK / 2; j++) qs[j] = (uint8_t)((q[j] & 0x0f) | (q[j + RLXC_QK / 2] & 0x0f) << 4);
+}
+
+void rlxc_quantize_row_q4_1(block_q4_1 *y, const float *x, int K) {
+    uint8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
+        quantize_min_block(q, &y[b].d, &y[b].m, x, 15);
+        pack_4bit(y[b].qs, q);
+    }
+}
+
+void rlxc_quantize_row_q5_1(block_q5_1 *y, const float *x, int K) {
+    uint8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK; b++, x += RLXC_QK) {
+        quantize_min_block(q, &y[b].d, &y[b].m, x, 31);
+        pack_4bit(y[b].qs, q);
+        uint32_t h = 0;
+        for (int j = 0; j < RLXC_QK; j++) h |= (uint32_t)(q[j] >> 4) << j;
+        for (int i = 0; i < 4; i++) y[b].qh[i] = (uint8_t)(h >> (8 * i));
+    }
 }
 
 /* ---- Q8_K activations (ggml's quantize_row_q8_K_ref) ---- */
@@ -139,6 +214,34 @@ static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int nb) {
     return s;
 }
 
+/* Blocks with a minimum: d * dx * (q . x) + m * dx * sum(x), both integer sums exact. */
+static float dot_with_min(const uint8_t q[RLXC_QK], float d, float m, const block_q8_0 *x) {
+    int sumi = 0, sumx = 0;
+    for (int j = 0; j < RLXC_QK; j++) sumi += q[j] * x->qs[j], sumx += x->qs[j];
+    const float dx = rlxc_fp16_to_f32(x->d);
+    return d * dx * (float)sumi + m * dx * (float)sumx;
+}
+
+static float dot_q4_1(const block_q4_1 *w, const block_q8_0 *x, int nb) {
+    float s = 0.0f;
+    uint8_t q[RLXC_QK];
+    for (int b = 0; b < nb; b++) {
+        unpack_4bit(q, w[b].qs);
+        s += dot_with_min(q, rlxc_fp16_to_f32(w[b].d), rlxc_fp16_to_f32(w[b].m), &x[b]);
+    }
+    return s;
+}
+
+static float dot_q5_1(const block_q5_1 *w, const block_q8_0 *x, int nb) {
+    float s = 0.0f;
+    uint8_t q[RLXC_QK];
+    for (int b = 0; b < nb; b++) {
+        unpack_5bit(q, w[b].qh, w[b].qs);
+        s += dot_with_min(q, rlxc_fp16_to_f32(w[b].d), rlxc_fp16_to_f32(w[b].m), &x[b]);
+    }
+    return s;
+}
+
 /* Per super-block: sum_j sc[j] * (q . x over sub-block j) and sum_j m[j] * (sum of x over
  * sub-block j), both exact integers; the second from the Q8_K sums of 16. */
 static float dot_q4_k(const block_q4_k *w, const block_q8_k *x, int nb) {
@@ -189,6 +292,8 @@ static float dot_bf16(const rlxc_bf16 *w, const float *x, int K) {
 }
 
 RLXC_DEFINE_SCALAR_MAT(q5_0, block_q5_0, block_q8_0, RLXC_QK)
+RLXC_DEFINE_SCALAR_MAT(q4_1, block_q4_1, block_q8_0, RLXC_QK)
+RLXC_DEFINE_SCALAR_MAT(q5_1, block_q5_1, block_q8_0, RLXC_QK)
 RLXC_DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(f16, rlxc_fp16, float, 1)

@@ -138,7 +138,9 @@ const rlxc_wtype_info rlxc_wtypes[] = {
     {RLXC_F16, "f16", 1, sizeof(rlxc_fp16), 1},
     {RLXC_BF16, "bf16", 1, sizeof(rlxc_bf16), 1},
     {RLXC_Q4_0, "q4_0", RLXC_QK, sizeof(block_q4_0), 1},
+    {RLXC_Q4_1, "q4_1", RLXC_QK, sizeof(block_q4_1), 1},
     {RLXC_Q5_0, "q5_0", RLXC_QK, sizeof(block_q5_0), 0},
+    {RLXC_Q5_1, "q5_1", RLXC_QK, sizeof(block_q5_1), 1},
     {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0), 1},
     {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k), 0},
     {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k), 0},
@@ -178,6 +180,8 @@ int rlxc_quantize_row(rlxc_wtype t, void *y, const float *x, int K) {
     case RLXC_F16: for (int k = 0; k < K; k++) ((rlxc_fp16 *)y)[k] = rlxc_f32_to_fp16(x[k]); return 0;
     case RLXC_BF16: for (int k = 0; k < K; k++) ((rlxc_bf16 *)y)[k] = rlxc_f32_to_bf16(x[k]); return 0;
     case RLXC_Q4_0: rlxc_quantize_row_q4_0(y, x, K); return 0;
+    case RLXC_Q4_1: rlxc_quantize_row_q4_1(y, x, K); return 0;
+    case RLXC_Q5_1: rlxc_quantize_row_q5_1(y, x, K); return 0;
     case RLXC_Q8_0: rlxc_quantize_row_q8_0_scalar(y, x, K); return 0;
     default: return -1;
     }
@@ -189,7 +193,9 @@ void rlxc_dequantize_row(rlxc_wtype t, float *y, const void *x, int K) {
     case RLXC_F16: rlxc_dequantize_row_f16(y, x, K); break;
     case RLXC_BF16: rlxc_dequantize_row_bf16(y, x, K); break;
     case RLXC_Q4_0: rlxc_dequantize_row_q4_0_scalar(y, x, K); break;
+    case RLXC_Q4_1: rlxc_dequantize_row_q4_1_scalar(y, x, K); break;
     case RLXC_Q5_0: rlxc_dequantize_row_q5_0_scalar(y, x, K); break;
+    case RLXC_Q5_1: rlxc_dequantize_row_q5_1_scalar(y, x, K); break;
     case RLXC_Q8_0: rlxc_dequantize_row_q8_0_scalar(y, x, K); break;
     case RLXC_Q4_K: rlxc_dequantize_row_q4_k_scalar(y, x, K); break;
     case RLXC_Q6_K: rlxc_dequantize_row_q6_k_scalar(y, x, K); break;

@@ -1,5 +1,5 @@
 /* AVX2 kernels of the GGUF weight types beyond Q4_0/Q8_0 (scalar twins in
- * csrc/kernels_wtypes.c): Q5_0 x Q8_0, Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
+ * csrc/kernels_wtypes.c): Q5_0 / Q4_1 / Q5_1 x Q8_0 (the latter two add min * sum(x) per block), Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
  * float, and the dequantizers of every block type. The integer dots multiply unsigned weight
  * quants by signed activations with maddubs and correct for the unsigned offset afterwards,
  * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K
@@ -34,6 +34,20 @@ RLXC_INLINE __m256i q5_0_dot(__m256i q, __m256i xq, __m256i offset_sums) {
     return _mm256_sub_epi32(rlxc_dot_u8s8(q, xq), offset_sums);
 }
 RLXC_DEFINE_Q8_0_TILE(q5_0_tile, block_q5_0, q5_0_quants, q5_0_offset_sums, q5_0_dot)
+
+/* ---- Q4_1, Q5_1: unsigned quants 0..15 / 0..31 and a minimum per block ---- */
+
+RLXC_INLINE __m256i q4_1_quants(const block_q4_1 *b) { return rlxc_q4_nibbles256(b->qs); }
+RLXC_INLINE __m256i q5_1_quants(const block_q5_1 *b) {
+    return _mm256_or_si256(rlxc_q4_nibbles256(b->qs), q5_0_high(b->qh));
+}
+RLXC_INLINE __m256i x_sums(__m256i xq) { return rlxc_dot_u8s8(_mm256_set1_epi8(1), xq); }
+RLXC_INLINE __m256i unsigned_dot(__m256i q, __m256i xq, __m256i sums) {
+    (void)sums;
+    return rlxc_dot_u8s8(q, xq);
+}
+RLXC_DEFINE_Q8_0_MIN_TILE(q4_1_tile, block_q4_1, q4_1_quants, x_sums, unsigned_dot)
+RLXC_DEFINE_Q8_0_MIN_TILE(q5_1_tile, block_q5_1, q5_1_quants, x_sums, unsigned_dot)
 
 /* ---- Q4_K ---- */
 
@@ -230,11 +244,15 @@ DEFINE_HALF_TILE(bf16_tile, rlxc_bf16, bf16_load8, rlxc_bf16_to_f32)
  * 3 tokens; 4 x 3 for the float types, whose tile needs no integer accumulators. */
 
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx2, block_q5_0, q5_0_tile, 4, 2, 3)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx2, block_q4_1, q4_1_tile, 4, 2, 3)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx2, block_q5_1, q5_1_tile, 4, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx2, rlxc_matmul_q5_0_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_1_avx2, rlxc_matmul_q4_1_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_1_avx2, rlxc_matmul_q5_1_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2)
@@ -281,6 +299,18 @@ void rlxc_dequantize_row_q5_0_avx2(float *y, const void *vx, int K) {
         store_scaled32(y, q5_0_quants(&x[b]), 16, d, d, _mm256_setzero_ps());
     }
 }
+
+/* d * q + m as d * q - (-m): the same rounding */
+#define DEFINE_DEQUANTIZE_MIN(type)                                                      \
+    void rlxc_dequantize_row_##type##_avx2(float *y, const void *vx, int K) {           \
+        const block_##type *x = vx;                                                      \
+        for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {                            \
+            const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));                           \
+            store_scaled32(y, type##_quants(&x[b]), 0, d, d, _mm256_set1_ps(-rlxc_h2f(x[b].m))); \
+        }                                                                                \
+    }
+DEFINE_DEQUANTIZE_MIN(q4_1)
+DEFINE_DEQUANTIZE_MIN(q5_1)
 
 void rlxc_dequantize_row_q4_k_avx2(float *y, const void *vx, int K) {
     const block_q4_k *x = vx;

@@ -1,4 +1,4 @@
-/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_K and Q6_K dots of kernels_avx2/wtypes.c: the
+/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_1, Q5_1, Q4_K and Q6_K dots of kernels_avx2/wtypes.c: the
  * same arithmetic with fewer instructions, which is what these compute-bound kernels need.
  * Q4_K and Q6_K take 64 quants per register and fold the scale into the widening step
  * (vpdpwssd: int16 pairs times the int16 scale, accumulated in int32); Q5_0 sets its fifth
@@ -11,12 +11,14 @@
 
 /* ---- Q5_0 (256-bit) ---- */
 
-RLXC_INLINE __m256i q5_0_quants(const block_q5_0 *b) {
-    const __m256i nib = rlxc_q4_nibbles256(b->qs);
+/* Quants 0..31 of the Q5 layout (Q5_0, Q5_1): the nibbles, plus 16 where qh has the bit. */
+RLXC_INLINE __m256i q5_quants(const uint8_t qh_bytes[4], const uint8_t *qs) {
+    const __m256i nib = rlxc_q4_nibbles256(qs);
     uint32_t qh;
-    memcpy(&qh, b->qh, sizeof qh);
+    memcpy(&qh, qh_bytes, sizeof qh);
     return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
 }
+RLXC_INLINE __m256i q5_0_quants(const block_q5_0 *b) { return q5_quants(b->qh, b->qs); }
 
 /* -16 * sum(x) per 4-byte group: the dots start from it */
 RLXC_INLINE __m256i q5_0_offset_start(__m256i xq) {
@@ -26,6 +28,20 @@ RLXC_INLINE __m256i q5_0_offset_start(__m256i xq) {
 RLXC_INLINE __m256i q5_0_dot(__m256i q, __m256i xq, __m256i start) { return _mm256_dpbusd_epi32(start, q, xq); }
 
 RLXC_DEFINE_Q8_0_TILE(q5_0_tile, block_q5_0, q5_0_quants, q5_0_offset_start, q5_0_dot)
+
+/* ---- Q4_1, Q5_1: unsigned quants, the minimum times the activation sums ---- */
+
+RLXC_INLINE __m256i q4_1_quants(const block_q4_1 *b) { return rlxc_q4_nibbles256(b->qs); }
+RLXC_INLINE __m256i q5_1_quants(const block_q5_1 *b) { return q5_quants(b->qh, b->qs); }
+RLXC_INLINE __m256i x_sums(__m256i xq) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), xq);
+}
+RLXC_INLINE __m256i unsigned_dot(__m256i q, __m256i xq, __m256i sums) {
+    (void)sums;
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
+}
+RLXC_DEFINE_Q8_0_MIN_TILE(q4_1_tile, block_q4_1, q4_1_quants, x_sums, unsigned_dot)
+RLXC_DEFINE_Q8_0_MIN_TILE(q5_1_tile, block_q5_1, q5_1_quants, x_sums, unsigned_dot)
 
 /* ---- Q4_K ---- */
 
@@ -146,6 +162,10 @@ RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_rows_avx512, block_q5_0, q5_0_tile, 4, 4, 3
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_rows_avx512)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx512, block_q4_1, q4_1_tile, 4, 4, 3)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx512, block_q5_1, q5_1_tile, 4, 4, 3)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_1_avx512, rlxc_matmul_q4_1_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_1_avx512, rlxc_matmul_q5_1_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512)
 
@@ -208,6 +228,21 @@ ROW_32(row_q4_0, block_q4_0, q4_0_signed)
 ROW_32(row_q8_0, block_q8_0, q8_0_signed)
 ROW_32(row_q5_0, block_q5_0, q5_0_signed)
 
+/* Q4_1 / Q5_1: d * (q . x) + m * sum(x) per block. */
+#define ROW_32_MIN(name, wtype, quants)                                                              \
+    RLXC_INLINE void name(__m512 acc[ACCS], const wtype *w, const float *x, int K) {                 \
+        const int nb = K / RLXC_QK;                                                                  \
+        for (int b0 = 0; b0 < nb; b0 += ACCS)                                                        \
+            RLXC_UNROLL for (int i = 0; i < ACCS; i++) if (b0 + i < nb) {                            \
+                const float *xb = x + RLXC_QK * (b0 + i);                                            \
+                acc[i] = fma32(acc[i], quants(&w[b0 + i]), xb, scale16(&w[b0 + i].d));               \
+                acc[i] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)), \
+                                         scale16(&w[b0 + i].m), acc[i]);                            \
+            }                                                                                        \
+    }
+ROW_32_MIN(row_q4_1, block_q4_1, q4_1_quants)
+ROW_32_MIN(row_q5_1, block_q5_1, q5_1_quants)
+
 /* Sub-block j: d * sc[j] * (q . x) - dmin * m[j] * sum(x); quants 0..15 read as signed. */
 RLXC_INLINE void row_q4_k(__m512 acc[ACCS], const block_q4_k *w, const float *x, int K) {
     uint8_t sm[16];
@@ -244,5 +279,7 @@ RLXC_INLINE void row_q6_k(__m512 acc[ACCS], const block_q6_k *w, const float *x,
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_0_avx512, block_q4_0, RLXC_QK, row_q4_0)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q8_0_avx512, block_q8_0, RLXC_QK, row_q8_0)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_0_avx512, block_q5_0, RLXC_QK, row_q5_0)
+DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_1_avx512, block_q4_1, RLXC_QK, row_q4_1)
+DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_1_avx512, block_q5_1, RLXC_QK, row_q5_1)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_k_avx512, block_q4_k, RLXC_QK_K, row_q4_k)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q6_k_avx512, block_q6_k, RLXC_QK_K, row_q6_k)

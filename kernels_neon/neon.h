@@ -67,31 +67,48 @@ RLXC_INLINE void rlxc_neon_prefetch(const void *p, const size_t n) {
 
 /* The quants of the block types as int8 in element order, 16 per vector: the integer dots
  * multiply them with the activations' int8 quants, the dequantizers scale them. Offsets are
- * removed (signed quants) except Q4_K's 0..15, whose offset is the mins term. */
+ * removed (signed quants) except Q4_K's 0..15 and Q4_1 / Q5_1's, whose offset is the mins term. */
 
 RLXC_INLINE void rlxc_neon_q8_0_quants(const block_q8_0 *b, int8x16_t q[2]) {
     q[0] = vld1q_s8(b->qs);
     q[1] = vld1q_s8(b->qs + 16);
 }
 
-/* q - 8: low nibbles are elements 0..15, high nibbles 16..31 */
-RLXC_INLINE void rlxc_neon_q4_0_quants(const block_q4_0 *b, int8x16_t q[2]) {
-    const uint8x16_t v = vld1q_u8(b->qs);
-    q[0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
-    q[1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+/* 0..15: low nibbles are elements 0..15, high nibbles 16..31 (Q4_0, Q4_1) */
+RLXC_INLINE void rlxc_neon_q4_unsigned(const uint8_t *qs, int8x16_t q[2]) {
+    const uint8x16_t v = vld1q_u8(qs);
+    q[0] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+    q[1] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
 }
 
-/* q - 16: the nibbles as Q4_0, the fifth bit of element j is bit j of qh, i.e. bit j % 8 of
- * byte j / 8, found by testing each lane's byte against its own bit. */
-RLXC_INLINE void rlxc_neon_q5_0_quants(const block_q5_0 *b, int8x16_t q[2]) {
+/* 0..31 (Q5_0, Q5_1): the nibbles as Q4_0, the fifth bit of element j is bit j of qh, i.e.
+ * bit j % 8 of byte j / 8, found by testing each lane's byte against its own bit. */
+RLXC_INLINE void rlxc_neon_q5_unsigned(const uint8_t *qh, const uint8_t *qs, int8x16_t q[2]) {
     const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull)); /* lane l: 1 << l % 8 */
-    const uint8x16_t v = vld1q_u8(b->qs);
-    const uint8x16_t nib[2] = {vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8(v, 4)};
+    rlxc_neon_q4_unsigned(qs, q);
     for (int i = 0; i < 2; i++) {
-        const uint8x16_t h = vcombine_u8(vdup_n_u8(b->qh[2 * i]), vdup_n_u8(b->qh[2 * i + 1]));
+        const uint8x16_t h = vcombine_u8(vdup_n_u8(qh[2 * i]), vdup_n_u8(qh[2 * i + 1]));
         const uint8x16_t fifth = vandq_u8(vtstq_u8(h, bit), vdupq_n_u8(0x10));
-        q[i] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(nib[i], fifth)), vdupq_n_s8(16));
+        q[i] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(q[i]), fifth));
     }
+}
+
+/* q - 8 */
+RLXC_INLINE void rlxc_neon_q4_0_quants(const block_q4_0 *b, int8x16_t q[2]) {
+    rlxc_neon_q4_unsigned(b->qs, q);
+    for (int i = 0; i < 2; i++) q[i] = vsubq_s8(q[i], vdupq_n_s8(8));
+}
+
+/* q - 16 */
+RLXC_INLINE void rlxc_neon_q5_0_quants(const block_q5_0 *b, int8x16_t q[2]) {
+    rlxc_neon_q5_unsigned(b->qh, b->qs, q);
+    for (int i = 0; i < 2; i++) q[i] = vsubq_s8(q[i], vdupq_n_s8(16));
+}
+
+/* Q4_1 / Q5_1: unsigned, the block's minimum is added apart */
+RLXC_INLINE void rlxc_neon_q4_1_quants(const block_q4_1 *b, int8x16_t q[2]) { rlxc_neon_q4_unsigned(b->qs, q); }
+RLXC_INLINE void rlxc_neon_q5_1_quants(const block_q5_1 *b, int8x16_t q[2]) {
+    rlxc_neon_q5_unsigned(b->qh, b->qs, q);
 }
 
 /* Elements 64i .. 64i+64 (sub-blocks 2i, 2i+1), 0..15: q[0..2) the low nibbles of qs[32i ..

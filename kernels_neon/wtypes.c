@@ -87,6 +87,21 @@ DEFINE_DEQUANTIZE_32(q4_0, block_q4_0)
 DEFINE_DEQUANTIZE_32(q5_0, block_q5_0)
 DEFINE_DEQUANTIZE_32(q8_0, block_q8_0)
 
+/* d * q + m as d * q - (-m): the same rounding */
+#define DEFINE_DEQUANTIZE_MIN(type)                                           \
+    void rlxc_dequantize_row_##type##_neon(float *y, const void *vx, int K) { \
+        const block_##type *x = vx;                                           \
+        for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {                 \
+            int8x16_t q[2];                                                   \
+            rlxc_neon_##type##_quants(&x[b], q);                              \
+            const float d = rlxc_neon_h2f(x[b].d), m = -rlxc_neon_h2f(x[b].m); \
+            dequant16(y, q[0], d, m);                                         \
+            dequant16(y + 16, q[1], d, m);                                    \
+        }                                                                     \
+    }
+DEFINE_DEQUANTIZE_MIN(q4_1)
+DEFINE_DEQUANTIZE_MIN(q5_1)
+
 void rlxc_dequantize_row_q4_k_neon(float *y, const void *vx, int K) {
     const block_q4_k *x = vx;
     uint8_t sm[16];

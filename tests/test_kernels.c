@@ -120,7 +120,7 @@ static void free_guarded(float *p) { free(p - GUARD); }
 /* ---- matrix kernels: every weight type ---- */
 
 enum { ACT_F32, ACT_Q8_0, ACT_Q8_K }; /* what a weight type's kernels take as activations */
-enum { W_F32, W_Q4_0, W_Q8_0, W_Q5_0, W_Q4_K, W_Q6_K, W_F16, W_BF16, N_WKINDS };
+enum { W_F32, W_Q4_0, W_Q8_0, W_Q5_0, W_Q4_1, W_Q5_1, W_Q4_K, W_Q6_K, W_F16, W_BF16, N_WKINDS };
 
 static const struct {
     const char *matvec, *matmul;
@@ -134,6 +134,8 @@ static const struct {
     [W_Q4_0] = {"matvec_q4_0", "matmul_q4_0", RLXC_Q4_0, RLXC_QK, sizeof(block_q4_0), ACT_Q8_0, {0, -1}},
     [W_Q8_0] = {"matvec_q8_0", "matmul_q8_0", RLXC_Q8_0, RLXC_QK, sizeof(block_q8_0), ACT_Q8_0, {0, -1}},
     [W_Q5_0] = {"matvec_q5_0", "matmul_q5_0", RLXC_Q5_0, RLXC_QK, sizeof(block_q5_0), ACT_Q8_0, {0, -1}},
+    [W_Q4_1] = {"matvec_q4_1", "matmul_q4_1", RLXC_Q4_1, RLXC_QK, sizeof(block_q4_1), ACT_Q8_0, {0, 2}},
+    [W_Q5_1] = {"matvec_q5_1", "matmul_q5_1", RLXC_Q5_1, RLXC_QK, sizeof(block_q5_1), ACT_Q8_0, {0, 2}},
     [W_Q4_K] = {"matvec_q4_k", "matmul_q4_k", RLXC_Q4_K, RLXC_QK_K, sizeof(block_q4_k), ACT_Q8_K, {0, 2}},
     [W_Q6_K] = {"matvec_q6_k", "matmul_q6_k", RLXC_Q6_K, RLXC_QK_K, sizeof(block_q6_k), ACT_Q8_K,
                 {offsetof(block_q6_k, d), -1}},
@@ -178,19 +180,26 @@ static void dequantize_row(int kind, float *y, const void *w, int K) {
     }
 }
 
-/* |term| of each weight of a row. Q4_K weights are d * sc * q - dmin * m, two terms that can
- * cancel: their magnitudes add (dequantizing copies with dmin = 0 and with d = 0). */
+/* Copy of a row with the fp16 scale at byte offset `at` of every block zeroed. */
+static void *zero_scale(int kind, const void *row, int K, int at) {
+    const size_t nb = (size_t)K / wkinds[kind].qk, bytes = nb * wkinds[kind].bytes;
+    uint8_t *c = xmalloc(bytes);
+    memcpy(c, row, bytes);
+    for (size_t b = 0; b < nb; b++) memset(c + b * wkinds[kind].bytes + at, 0, sizeof(rlxc_fp16));
+    return c;
+}
+
+/* |term| of each weight of a row. Q4_K weights are d * sc * q - dmin * m, Q4_1 / Q5_1 ones
+ * d * q + m: two terms (the two fp16 scales) that can cancel, so their magnitudes add
+ * (dequantizing copies with the second scale 0 and with the first 0). */
 static void weight_terms(int kind, float *wabs, const void *row, int K) {
     dequantize_row(kind, wabs, row, K);
-    if (kind == W_Q4_K) {
-        const size_t bytes = (size_t)K / RLXC_QK_K * sizeof(block_q4_k);
-        block_q4_k *c = xmalloc(bytes);
+    if (wkinds[kind].scale_at[1] >= 0) {
+        void *c = zero_scale(kind, row, K, wkinds[kind].scale_at[1]);
         float *part = xmalloc((size_t)K * sizeof(float));
-        memcpy(c, row, bytes);
-        for (int b = 0; b < K / RLXC_QK_K; b++) c[b].dmin = 0;
         dequantize_row(kind, wabs, c, K);
-        memcpy(c, row, bytes);
-        for (int b = 0; b < K / RLXC_QK_K; b++) c[b].d = 0;
+        free(c);
+        c = zero_scale(kind, row, K, wkinds[kind].scale_at[0]);
         dequantize_row(kind, part, c, K);
         for (int i = 0; i < K; i++) wabs[i] = fabsf(wabs[i]) + fabsf(part[i]);
         free(c), free(part);

@@ -304,7 +304,12 @@ def write_tiny_gguf(path, arch="llama", q_type="F32", extra=None):
     def t(name, shape, qt="F32"):
         arr = (rng.standard_normal(shape[::-1]) * 0.1).astype(np.float32)
         tid = gguf.GGMLQuantizationType[qt]
-        data = arr if qt == "F32" else gguf.quants.quantize(arr, tid)
+        if qt == "IQ4_NL":  # no quantizer in gguf: random codes under a small fp16 scale per 32
+            data = rng.integers(0, 256, (arr.size // 32, 18), dtype=np.uint8)
+            data[:, :2] = np.full((len(data), 1), 0.01, np.float16).view(np.uint8)
+            data = data.reshape(shape[1], -1)
+        else:
+            data = arr if qt == "F32" else gguf.quants.quantize(arr, tid)
         w.tensor(name, data, int(tid), shape)
 
     t("token_embd.weight", (H, V))
@@ -326,8 +331,8 @@ def test_gguf_unsupported_arch_tensor_type_and_tensor(tmp_path):
     write_tiny_gguf(p, arch="mamba")
     with pytest.raises(NotImplementedError, match="mamba"):
         rlxc.load(p)
-    write_tiny_gguf(p, q_type="Q4_1")
-    with pytest.raises(NotImplementedError, match="Q4_1"):
+    write_tiny_gguf(p, q_type="IQ4_NL")
+    with pytest.raises(NotImplementedError, match="IQ4_NL"):
         rlxc.load(p)
     m = rlxc.load(p, weights="q8_0")  # converted at load (gguf's reference dequantizer)
     assert m.layers[0].weight_type("q_proj") == "q8_0"

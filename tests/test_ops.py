@@ -20,7 +20,7 @@ def rand(rng, *shape, scale=1.0):
 # ---- quantization: byte-identical with the gguf package ----
 
 @pytest.mark.parametrize("shape", [(1, 32), (3, 64), (17, 96), (64, 256)])
-@pytest.mark.parametrize("kind", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("kind", ["q4_0", "q8_0", "q4_1", "q5_1"])
 def test_quantize_matches_gguf_bytes(shape, kind):
     rng = np.random.default_rng(1)
     w = rand(rng, *shape)
@@ -28,7 +28,7 @@ def test_quantize_matches_gguf_bytes(shape, kind):
     if shape[1] >= 64:
         w[-1, 32:64] = np.float32(0.5)    # ties: the first value of largest magnitude wins
         w[-1, 40] = np.float32(-0.5)
-    qt = GGMLQuantizationType.Q4_0 if kind == "q4_0" else GGMLQuantizationType.Q8_0
+    qt = GGMLQuantizationType[kind.upper()]
     ours = getattr(ops, f"quantize_{kind}")(w)
     theirs = quants.quantize(w, qt)
     assert ours.dtype == np.uint8 and ours.shape == theirs.shape

@@ -324,9 +324,9 @@ def test_huge_dimensions_never_overflow_shapes(f1, v1, f2, v2):
 # ---------------------------------------------------------------------------- weights
 
 SLOTS = rlxc.Layer.WEIGHTS
-WTYPES = ["f32", "f16", "bf16", "q4_0", "q5_0", "q8_0", "q4_k", "q6_k"]
-BLOCK = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q4_0": (32, 18), "q5_0": (32, 22), "q8_0": (32, 34),
-         "q4_k": (256, 144), "q6_k": (256, 210)}
+WTYPES = ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k"]
+BLOCK = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22),
+         "q5_1": (32, 24), "q8_0": (32, 34), "q4_k": (256, 144), "q6_k": (256, 210)}
 
 
 def row_bytes(wt, cols):
@@ -490,6 +490,8 @@ def f32(*shape):
 OPS = {
     "quantize_q4_0": (dict(w=f32(2, 64)), {"w": ("f32",)}),
     "quantize_q8_0": (dict(w=f32(2, 64)), {"w": ("f32",)}),
+    "quantize_q4_1": (dict(w=f32(2, 64)), {"w": ("f32",)}),
+    "quantize_q5_1": (dict(w=f32(2, 64)), {"w": ("f32",)}),
     "dequantize": (dict(b=np.zeros((2, 36), np.uint8), wtype="q4_0", cols=64),
                    {"b": ("u8",), "wtype": "str", "cols": "int"}),
     "matmul": (dict(x=f32(3, 64), w=f32(5, 64), wtype="f32", threads=1),

@@ -1,4 +1,4 @@
-"""The GGUF weight types beyond q4_0 / q8_0 (f16, bf16, q5_0, q4_k, q6_k): dequantization
+"""The GGUF weight types beyond q4_0 / q8_0 (f16, bf16, q5_0, q4_1, q5_1, q4_k, q6_k): dequantization
 bit-exact with the gguf package, matmul on every ISA against a NumPy emulation of the integer
 dot products and against x @ dequantized(W).T, and the errors for rows of the wrong width."""
 
@@ -12,10 +12,12 @@ from rlxc import ops
 
 import reference as ref
 
-QTYPE = {"f16": G.F16, "bf16": G.BF16, "q5_0": G.Q5_0, "q4_k": G.Q4_K, "q6_k": G.Q6_K}
-BLOCK = {"f16": (1, 2), "bf16": (1, 2), "q5_0": (32, 22), "q4_k": (256, 144), "q6_k": (256, 210)}
-FP16_SCALES = {"q5_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}  # byte offsets of fp16 scales
-QUANTIZED = ["q5_0", "q4_k", "q6_k"]
+QTYPE = {"f16": G.F16, "bf16": G.BF16, "q5_0": G.Q5_0, "q4_1": G.Q4_1, "q5_1": G.Q5_1, "q4_k": G.Q4_K,
+         "q6_k": G.Q6_K}
+BLOCK = {"f16": (1, 2), "bf16": (1, 2), "q5_0": (32, 22), "q4_1": (32, 20), "q5_1": (32, 24), "q4_k": (256, 144),
+         "q6_k": (256, 210)}
+FP16_SCALES = {"q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}  # fp16 byte offsets
+QUANTIZED = ["q5_0", "q4_1", "q5_1", "q4_k", "q6_k"]
 
 
 def row_bytes(wtype, K):
@@ -116,14 +118,16 @@ def unpack_quants(wtype, b, K):
     qk, bb = BLOCK[wtype]
     blk = b.reshape(N, K // qk, bb)
     f16 = lambda off: blk[..., off:off + 2].copy().view(np.float16)[..., 0].astype(np.float64)  # noqa: E731
-    if wtype == "q5_0":
-        qs, qh = blk[..., 6:], blk[..., 2:6].copy().view("<u4")
-        lo = np.concatenate([qs & 0x0F, qs >> 4], -1).astype(np.int64)
-        hi = (qh >> np.arange(32, dtype=np.uint32)) & 1
-        q = lo | (hi.astype(np.int64) << 4)
-        q = q - 16
+    if wtype in ("q5_0", "q5_1", "q4_1"):
+        start = {"q5_0": 2, "q5_1": 4, "q4_1": 4}[wtype]           # qh (Q5) or qs (Q4_1) after the fp16s
+        qs = blk[..., start + (4 if wtype != "q4_1" else 0):]
+        q = np.concatenate([qs & 0x0F, qs >> 4], -1).astype(np.int64)
+        if wtype != "q4_1":
+            qh = blk[..., start:start + 4].copy().view("<u4")
+            q = q | (((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int64) << 4)
+        q = q - 16 if wtype == "q5_0" else q
         s = np.repeat(f16(0)[..., None], 32, -1)
-        m = np.zeros_like(s)
+        m = np.zeros_like(s) if wtype == "q5_0" else -np.repeat(f16(2)[..., None], 32, -1)  # w = s * q - m
     elif wtype == "q4_k":
         sc = blk[..., 4:16]
         d, mm, md = sc[..., 0:4], sc[..., 4:8], sc[..., 8:12]
@@ -151,7 +155,7 @@ def q_dot_emulation(x, b, wtype):
     Returns (y, bound): bound = sum_k (|s_k q_k| + |m_k|) |dx qx_k|, the magnitude of the terms."""
     T, K = x.shape
     q, s, m = unpack_quants(wtype, b, K)
-    if wtype == "q5_0":
+    if BLOCK[wtype][0] == 32:
         xb = quants.quantize(x, G.Q8_0).reshape(T, K // 32, 34)
         dx = np.repeat(xb[..., :2].copy().view(np.float16).astype(np.float64), 32, -1).reshape(T, K)
         qx = xb[..., 2:].view(np.int8).astype(np.int64).reshape(T, K)
@@ -166,7 +170,7 @@ def q_dot_emulation(x, b, wtype):
 
 
 SHAPES = {  # (N, K, T): N off the row tiles, T = 1, 2, 3, 17
-    "q5_0": [(1, 32, 1), (5, 64, 2), (17, 96, 3), (33, 320, 17), (64, 1024, 1)],
+    **{t: [(1, 32, 1), (5, 64, 2), (17, 96, 3), (33, 320, 17), (64, 1024, 1)] for t in ("q5_0", "q4_1", "q5_1")},
     "q4_k": [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)],
     "q6_k": [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)],
 }
@@ -200,12 +204,12 @@ def test_matmul_of_gguf_quantized_q5_0_is_close_to_float(isa, wtype):
     fp16 Q8_0 scale), so |y - x @ W.T| <= sum over blocks of sum|w| * 0.57 * amax_b / 127."""
     rng = np.random.default_rng(9)
     N, K, T = 40, 512, 3
-    b = quants.quantize(rng.standard_normal((N, K)).astype(np.float32), G.Q5_0) if wtype == "q5_0" \
-        else random_rows(rng, wtype, N, K)
+    b = quants.quantize(rng.standard_normal((N, K)).astype(np.float32), QTYPE[wtype]) \
+        if wtype in ("q5_0", "q4_1", "q5_1") else random_rows(rng, wtype, N, K)
     w = ops.dequantize(b, wtype, K).astype(np.float64)
     x = rng.standard_normal((T, K)).astype(np.float32)
     y = ops.matmul(x, b, wtype)
-    qk = 32 if wtype == "q5_0" else 256
+    qk = BLOCK[wtype][0]
     amax = np.abs(x).reshape(T, K // qk, qk).max(-1)                          # [T, nb]
     wsum = np.abs(w).reshape(N, K // qk, qk).sum(-1)                         # [N, nb]
     bound = 0.57 / 127 * amax @ wsum.T + 1e-5 * np.abs(x) @ np.abs(w).T
@@ -300,7 +304,7 @@ def test_real_gguf_tensors_dequantize_and_multiply_exactly():
                 finally:
                     rlxc.set_isa(before)
                 assert np.all(np.abs(y - want) <= 1e-6 * bound), (t.name, isa)
-    assert seen == set(QUANTIZED)
+    assert seen == {"q5_0", "q4_k", "q6_k"}  # the types this file has
 
 
 # ---- errors ----

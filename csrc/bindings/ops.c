@@ -116,6 +116,8 @@ static PyObject *dequantize_rows(PyArrayObject *b, rlxc_wtype t, int K) {
 
 static PyObject *op_quantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_0, "q4_0"); }
 static PyObject *op_quantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q8_0, "q8_0"); }
+static PyObject *op_quantize_q4_1(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_1, "q4_1"); }
+static PyObject *op_quantize_q5_1(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q5_1, "q5_1"); }
 
 /* Any type, any rows: b is a C-contiguous uint8 array whose last axis is one row's bytes (e.g.
  * rows picked out of a memory-mapped GGUF embedding table). */
@@ -387,6 +389,8 @@ static PyObject *op_scale(PyObject *m, PyObject *args) { return scalar_op(args, 
 PyMethodDef rlxc_ops_methods[] = {
     {"quantize_q4_0", KW(op_quantize_q4_0), "quantize_q4_0(w: float32[N, K]) -> uint8[N, K//32*18] (GGUF Q4_0 blocks)."},
     {"quantize_q8_0", KW(op_quantize_q8_0), "quantize_q8_0(w: float32[N, K]) -> uint8[N, K//32*34] (GGUF Q8_0 blocks)."},
+    {"quantize_q4_1", KW(op_quantize_q4_1), "quantize_q4_1(w: float32[N, K]) -> uint8[N, K//32*20] (GGUF Q4_1 blocks)."},
+    {"quantize_q5_1", KW(op_quantize_q5_1), "quantize_q5_1(w: float32[N, K]) -> uint8[N, K//32*24] (GGUF Q5_1 blocks)."},
     {"dequantize", KW(op_dequantize),
      "dequantize(b: uint8[..., row_bytes], wtype, cols) -> float32[..., cols]: rows of any weight type (GGUF bytes), "
      "bit-exact with gguf.quants.dequantize."},

@@ -29,7 +29,7 @@ import rlxc
 
 from .generate import checked_sampling
 from .loaders import engine_wtypes
-from .model import MATRIX_SLOTS
+from .model import MATRIX_SLOTS, WEIGHT_FORMATS
 from .report import hf_reference
 
 __all__ = ["main", "build_demo_layers"]
@@ -620,7 +620,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("-t", "--threads", type=int, default=None, help="engine threads (default: the engine's)")
 
     def convert(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--weights", choices=["q4_0", "q8_0", "f32"], default=None,
+        p.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
                        help="convert matrices at load (default: GGUF as stored, HF folder q4_0)")
         p.add_argument("--max-seq", type=int, default=None, help="KV-cache length (default: the model's context)")
         p.add_argument("--kv-type", choices=["f32", "f16", "bf16", "q8_0"], default=None,
@@ -680,7 +680,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--prompt", help=f"prompt text (default: {DEFAULT_PROMPT!r}; random ids without a tokenizer)")
     p.add_argument("--ids", help="token ids instead of text")
     p.add_argument("--tokens", type=int, default=16, help="random ids when the model has no tokenizer (default 16)")
-    p.add_argument("--weights", choices=["stored", "q4_0", "q8_0", "f32"], default=None,
+    p.add_argument("--weights", choices=["stored", *WEIGHT_FORMATS], default=None,
                    help="rlxc weights (default: GGUF as stored, HF folder f32)")
     p.add_argument("--tol", type=float, default=1e-4, help="relative error bound per row (default 1e-4)")
     p.add_argument("--check", action="store_true", help="exit with status 1 when a row is over tol")
@@ -742,7 +742,7 @@ def _parser() -> argparse.ArgumentParser:
                        "keep their stored type.")
     p.add_argument("input", metavar="IN")
     p.add_argument("output", metavar="OUT")
-    p.add_argument("--type", choices=["q4_0", "q8_0", "f32"], default="q4_0")
+    p.add_argument("--type", choices=list(WEIGHT_FORMATS), default="q4_0")
     p.add_argument("-f", "--force", action="store_true", help="overwrite OUT")
     threads(p)
     p.set_defaults(func=cmd_quantize)

@@ -27,7 +27,7 @@ from ._enums import Activation, FfnType, RopeLayout
 from ._layer import Layer
 from .archs import GEMMA4_SCALAR, GGUF_ARCHS, UNROTATED, Arch, split_gate_up, split_qkv, unpermute_rows
 from .gguf import REQUIRED, TensorInfo, gguf_meta, meta_value
-from .model import MATRIX_SLOTS, Model, QuantMatrix, matrix_wtype
+from .model import MATRIX_SLOTS, WEIGHT_FORMATS, Model, QuantMatrix, matrix_wtype
 from .tokenizer import from_gguf_metadata
 from .wtypes import dequantize, engine_wtypes
 
@@ -255,8 +255,8 @@ def model_from_gguf(g: GGUFFile, weights: str | None = None, threads: int | None
     """The :class:`rlxc.Model` of an open GGUF file (``rlxc.load`` of a ``.gguf``): matrices used in
     place (``Layer.set_weight_view``) or, with ``weights``, converted; see :func:`rlxc.load`."""
     arch, kv, L = _arch(g)
-    if weights not in (None, "f32", "q4_0", "q8_0"):
-        raise ValueError(f"weights must be None (as stored), 'f32', 'q4_0' or 'q8_0', got {weights!r}")
+    if weights is not None and weights not in WEIGHT_FORMATS:
+        raise ValueError(f"weights must be None (as stored) or one of {WEIGHT_FORMATS}, got {weights!r}")
     ctx = kv.get("context_length", int, 4096) or 4096
     if max_seq is None:
         max_seq = ctx

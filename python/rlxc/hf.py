@@ -42,7 +42,7 @@ import numpy.typing as npt
 from . import archs
 from ._enums import Activation, FfnType, RopeLayout
 from .archs import Arch
-from .model import Model
+from .model import WEIGHT_FORMATS, Model
 
 _F32 = npt.NDArray[np.float32]
 
@@ -630,8 +630,8 @@ def from_hf(model: Any, weights: str = "f32", threads: int | None = None,
     quantized matrices meet the activations (:attr:`rlxc.Model.activations`). Raises NotImplementedError for unsupported
     model types or config features, before building anything.
     """
-    if weights not in ("f32", "q4_0", "q8_0"):
-        raise ValueError(f"weights must be 'f32', 'q4_0' or 'q8_0', got {weights!r}")
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, got {weights!r}")
     config = model.config
     _model_type(config)
     if max_seq is None:

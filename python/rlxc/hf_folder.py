@@ -22,7 +22,7 @@ from ._files import read_json_object
 from ._layer import Layer
 from .archs import split_gate_up, split_qkv
 from .hf import arch_of
-from .model import Model
+from .model import WEIGHT_FORMATS, Model
 from .safetensors import Checkpoint
 from .tokenizer import from_folder
 
@@ -73,8 +73,8 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
     config through transformers' config class and :func:`rlxc.hf.layer_fields`, every value rlxc
     reads checked first, the tensors quantized at load to ``weights`` (default "q4_0")."""
     weights = "q4_0" if weights is None else weights
-    if weights not in ("f32", "q4_0", "q8_0"):
-        raise ValueError(f"weights must be 'f32', 'q4_0' or 'q8_0', got {weights!r}")
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, got {weights!r}")
     cfg_path = os.path.join(folder, "config.json")
     cfg_dict = read_json_object(cfg_path)
     try:

@@ -28,13 +28,14 @@ from ._rlxc import Engine
 from .generate import generate, token_ids
 from .wtypes import dequantize
 
-__all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix"]
+__all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix", "WEIGHT_FORMATS"]
 
 #: Weight slots that hold matrices (the ones quantized to q4_0/q8_0 when in-dim % 32 == 0).
 MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                 "ple_gate", "ple_proj")
 
-_WTYPES = ("f32", "q4_0", "q8_0")
+#: the formats rlxc quantizes float matrices to (``weights=``; ``rlxc quantize --type``)
+WEIGHT_FORMATS = ("f32", "q4_0", "q4_1", "q5_1", "q8_0")
 _ACTIVATIONS: dict[str, Literal["q8", "f32"]] = {"q8": "q8", "f32": "f32"}
 
 
@@ -53,7 +54,7 @@ def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
 
 class QuantMatrix:
     """A ``[rows, cols]`` matrix kept as stored: uint8 ``data[rows, row_bytes]`` of GGUF blocks of
-    ``wtype`` ("f32", "f16", "bf16", "q4_0", "q5_0", "q8_0", "q4_k", "q6_k", ...), never expanded.
+    ``wtype`` ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", ...), never expanded.
 
     ``m[ids]`` dequantizes just those rows (float32 ``[len(ids), cols]``; an int gives one row),
     so an embedding lookup costs a row, not the table. ``np.asarray(m)`` is not supported on
@@ -156,7 +157,7 @@ class Model:
                 or a :class:`QuantMatrix` kept as stored (rows dequantized per lookup).
             lm_head: float32 [vocab, hidden], a :class:`QuantMatrix` used in place, or None (tied
                 to ``embed``; a QuantMatrix embedding is then multiplied in place, in its own type).
-            weights: storage format of the lm_head ("f32", "q4_0", "q8_0"; f32 if hidden % 32).
+            weights: storage format of the lm_head (:data:`WEIGHT_FORMATS`; f32 if hidden % 32).
             embed_scale: the embedding is multiplied by it (Gemma: sqrt(hidden) in the weight dtype).
             norm_type, norm_weight, norm_bias, norm_eps, norm_offset: the final norm
                 (RMSNorm weight ``offset + w``, or LayerNorm with optional bias).
@@ -172,8 +173,8 @@ class Model:
             kv_type, kv_ring, ubatch: how the KV cache is kept (:attr:`kv_type`, :attr:`kv_ring`,
                 :attr:`ubatch`).
         """
-        if weights not in _WTYPES:
-            raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
+        if weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, got {weights!r}")
         self.layers: list[Any] = list(layers)
         self.embed: np.ndarray | QuantMatrix
         if isinstance(embed, QuantMatrix):
@@ -217,12 +218,7 @@ class Model:
             if head.shape[1] != self.hidden_size:
                 raise ValueError(f"lm_head is {head.shape}, hidden size is {self.hidden_size}")
             self.lm_head_type = matrix_wtype(weights, head.shape)
-            if self.lm_head_type == "q4_0":
-                self._lm = ops.quantize_q4_0(head)
-            elif self.lm_head_type == "q8_0":
-                self._lm = ops.quantize_q8_0(head)
-            else:
-                self._lm = head
+            self._lm = head if self.lm_head_type == "f32" else getattr(ops, f"quantize_{self.lm_head_type}")(head)
             self.lm_vocab = head.shape[0]
         self._layer_wtypes = [dict(w) for w in layer_wtypes] if layer_wtypes else None
         self._engine: Engine | None = None
@@ -264,8 +260,8 @@ class Model:
                    max_seq: int = 2048, name: str = "rlxc.Model", activations: str = "q8") -> "Model":
         """Build from ``(fields, weights)`` per layer and the model-level ``parts`` dict of
         :func:`rlxc.hf.model_parts`. Matrices go to ``weights`` format when in-dim % 32 == 0."""
-        if weights not in _WTYPES:
-            raise ValueError(f"weights must be one of {_WTYPES}, got {weights!r}")
+        if weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights must be one of {WEIGHT_FORMATS}, got {weights!r}")
         layers, wtypes = [], []
         for fields, ws in layer_specs:
             layer = Layer(**dict(fields))

@@ -11,6 +11,8 @@ from ._rlxc import (  # noqa: F401
     layernorm,
     matmul,
     quantize_q4_0,
+    quantize_q4_1,
+    quantize_q5_1,
     quantize_q8_0,
     rmsnorm,
     rope,
@@ -19,5 +21,5 @@ from ._rlxc import (  # noqa: F401
     softcap,
 )
 
-__all__ = ["attention", "dequantize", "gelu_tanh", "layernorm", "matmul", "quantize_q4_0", "quantize_q8_0", "rmsnorm",
-           "rope", "scale", "silu", "softcap"]
+__all__ = ["attention", "dequantize", "gelu_tanh", "layernorm", "matmul", "quantize_q4_0", "quantize_q4_1",
+           "quantize_q5_1", "quantize_q8_0", "rmsnorm", "rope", "scale", "silu", "softcap"]
