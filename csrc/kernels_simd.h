@@ -103,6 +103,9 @@ RLXC_INLINE void rlxc_matmul_x16_by_token(void (*matvec_x16)(float *, const void
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_1_##sfx, block_q4_1, RLXC_QK, rlxc_dequantize_row_q4_1_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_1_##sfx, block_q5_1, RLXC_QK, rlxc_dequantize_row_q5_1_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_k_##sfx, block_q4_k, RLXC_QK_K, rlxc_dequantize_row_q4_k_##dq, rlxc_matvec_f32_##f32) \
-    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q6_k_##sfx, block_q6_k, RLXC_QK_K, rlxc_dequantize_row_q6_k_##dq, rlxc_matvec_f32_##f32)
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_k_##sfx, block_q5_k, RLXC_QK_K, rlxc_dequantize_row_q5_k_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q6_k_##sfx, block_q6_k, RLXC_QK_K, rlxc_dequantize_row_q6_k_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_iq4_nl_##sfx, block_iq4_nl, RLXC_QK, rlxc_dequantize_row_iq4_nl_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_iq4_xs_##sfx, block_iq4_xs, RLXC_QK_K, rlxc_dequantize_row_iq4_xs_##dq, rlxc_matvec_f32_##f32)
 
 #endif

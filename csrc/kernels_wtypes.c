@@ -1,5 +1,5 @@
 /* Scalar reference kernels of the GGUF weight types beyond Q4_0/Q8_0: F16, BF16, Q5_0, Q4_1,
- * Q5_1, Q4_K, Q6_K, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
+ * Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
  * the dequantizers round exactly like gguf.quants.dequantize (NumPy float32, one rounding per
  * operation). Each block type is first unpacked to its integer quants; the dequantizers scale
  * those, and the dot products multiply them with the activations' quants exactly in integers,
@@ -39,6 +39,23 @@ static void unpack_q4_k(uint8_t q[RLXC_QK_K], const block_q4_k *b) {
             q[64 * i + l] = b->qs[32 * i + l] & 0x0f;
             q[64 * i + 32 + l] = b->qs[32 * i + l] >> 4;
         }
+}
+
+/* 0..31, in element order: Q4_K's nibbles and bit j of qh[l] for element l of sub-block j */
+static void unpack_q5_k(uint8_t q[RLXC_QK_K], const block_q5_k *b) {
+    for (int i = 0; i < RLXC_QK_K / 64; i++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * i + l] = (uint8_t)((b->qs[32 * i + l] & 0x0f) | ((b->qh[l] >> (2 * i)) & 1) << 4);
+            q[64 * i + 32 + l] = (uint8_t)((b->qs[32 * i + l] >> 4) | ((b->qh[l] >> (2 * i + 1)) & 1) << 4);
+        }
+}
+
+/* IQ4 levels of 32 indices in Q4_0's layout (IQ4_NL blocks, IQ4_XS sub-blocks) */
+static void unpack_iq4(int8_t q[RLXC_QK], const uint8_t qs[RLXC_QK / 2]) {
+    for (int j = 0; j < RLXC_QK / 2; j++) {
+        q[j] = rlxc_iq4_values[qs[j] & 0x0f];
+        q[j + RLXC_QK / 2] = rlxc_iq4_values[qs[j] >> 4];
+    }
 }
 
 /* -32..31, in element order (layout in kernels.h) */
@@ -85,17 +102,33 @@ void rlxc_dequantize_row_q5_1_scalar(float *y, const void *vx, int K) {
     }
 }
 
+/* Q4_K / Q5_K: sub-block j of 32 quants at d * sc[j] and dmin * m[j] */
+static void dequantize_k_min(float *y, const uint8_t q[RLXC_QK_K], rlxc_fp16 d16, rlxc_fp16 dmin16,
+                             const uint8_t scales[12]) {
+    uint8_t sm[16];
+    const float d = rlxc_fp16_to_f32(d16), dmin = rlxc_fp16_to_f32(dmin16);
+    rlxc_q4_k_scales(sm, scales);
+    for (int j = 0; j < 8; j++) {
+        const float dj = d * (float)sm[j], mj = dmin * (float)sm[8 + j]; /* gguf's order */
+        for (int l = 0; l < 32; l++, y++) *y = dj * (float)q[32 * j + l] - mj;
+    }
+}
+
 void rlxc_dequantize_row_q4_k_scalar(float *y, const void *vx, int K) {
     const block_q4_k *x = vx;
-    uint8_t q[RLXC_QK_K], sm[16];
-    for (int b = 0; b < K / RLXC_QK_K; b++) {
-        const float d = rlxc_fp16_to_f32(x[b].d), dmin = rlxc_fp16_to_f32(x[b].dmin);
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < K / RLXC_QK_K; b++, y += RLXC_QK_K) {
         unpack_q4_k(q, &x[b]);
-        rlxc_q4_k_scales(sm, x[b].scales);
-        for (int j = 0; j < 8; j++) {
-            const float dj = d * (float)sm[j], mj = dmin * (float)sm[8 + j]; /* gguf's order */
-            for (int l = 0; l < 32; l++, y++) *y = dj * (float)q[32 * j + l] - mj;
-        }
+        dequantize_k_min(y, q, x[b].d, x[b].dmin, x[b].scales);
+    }
+}
+
+void rlxc_dequantize_row_q5_k_scalar(float *y, const void *vx, int K) {
+    const block_q5_k *x = vx;
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < K / RLXC_QK_K; b++, y += RLXC_QK_K) {
+        unpack_q5_k(q, &x[b]);
+        dequantize_k_min(y, q, x[b].d, x[b].dmin, x[b].scales);
     }
 }
 
@@ -108,6 +141,30 @@ void rlxc_dequantize_row_q6_k_scalar(float *y, const void *vx, int K) {
         for (int j = 0; j < 16; j++) {
             const float dj = d * (float)x[b].scales[j];
             for (int l = 0; l < 16; l++, y++) *y = dj * (float)q[16 * j + l];
+        }
+    }
+}
+
+void rlxc_dequantize_row_iq4_nl_scalar(float *y, const void *vx, int K) {
+    const block_iq4_nl *x = vx;
+    int8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        unpack_iq4(q, x[b].qs);
+        for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)q[j];
+    }
+}
+
+/* d * ls first, then times the level (gguf's order) */
+void rlxc_dequantize_row_iq4_xs_scalar(float *y, const void *vx, int K) {
+    const block_iq4_xs *x = vx;
+    int8_t q[RLXC_QK];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        for (int j = 0; j < RLXC_QK_K / RLXC_QK; j++, y += RLXC_QK) {
+            const float dl = d * (float)rlxc_iq4_xs_scale(&x[b], j);
+            unpack_iq4(q, x[b].qs + 16 * j);
+            for (int l = 0; l < RLXC_QK; l++) y[l] = dl * (float)q[l];
         }
     }
 }
@@ -244,20 +301,36 @@ static float dot_q5_1(const block_q5_1 *w, const block_q8_0 *x, int nb) {
 
 /* Per super-block: sum_j sc[j] * (q . x over sub-block j) and sum_j m[j] * (sum of x over
  * sub-block j), both exact integers; the second from the Q8_K sums of 16. */
+static float dot_k_min(const uint8_t q[RLXC_QK_K], rlxc_fp16 d, rlxc_fp16 dmin, const uint8_t scales[12],
+                       const block_q8_k *x) {
+    uint8_t sm[16];
+    rlxc_q4_k_scales(sm, scales);
+    int sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+        int dot = 0;
+        for (int l = 0; l < 32; l++) dot += q[32 * j + l] * x->qs[32 * j + l];
+        sumi += sm[j] * dot;
+        summ += sm[8 + j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    }
+    return rlxc_fp16_to_f32(d) * x->d * (float)sumi - rlxc_fp16_to_f32(dmin) * x->d * (float)summ;
+}
+
 static float dot_q4_k(const block_q4_k *w, const block_q8_k *x, int nb) {
     float s = 0.0f;
-    uint8_t q[RLXC_QK_K], sm[16];
+    uint8_t q[RLXC_QK_K];
     for (int b = 0; b < nb; b++) {
         unpack_q4_k(q, &w[b]);
-        rlxc_q4_k_scales(sm, w[b].scales);
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int dot = 0;
-            for (int l = 0; l < 32; l++) dot += q[32 * j + l] * x[b].qs[32 * j + l];
-            sumi += sm[j] * dot;
-            summ += sm[8 + j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-        }
-        s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi - rlxc_fp16_to_f32(w[b].dmin) * x[b].d * (float)summ;
+        s += dot_k_min(q, w[b].d, w[b].dmin, w[b].scales, &x[b]);
+    }
+    return s;
+}
+
+static float dot_q5_k(const block_q5_k *w, const block_q8_k *x, int nb) {
+    float s = 0.0f;
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < nb; b++) {
+        unpack_q5_k(q, &w[b]);
+        s += dot_k_min(q, w[b].d, w[b].dmin, w[b].scales, &x[b]);
     }
     return s;
 }
@@ -272,6 +345,35 @@ static float dot_q6_k(const block_q6_k *w, const block_q8_k *x, int nb) {
             int dot = 0;
             for (int l = 0; l < 16; l++) dot += q[16 * j + l] * x[b].qs[16 * j + l];
             sumi += w[b].scales[j] * dot;
+        }
+        s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi;
+    }
+    return s;
+}
+
+static float dot_iq4_nl(const block_iq4_nl *w, const block_q8_0 *x, int nb) {
+    float s = 0.0f;
+    int8_t q[RLXC_QK];
+    for (int b = 0; b < nb; b++) {
+        unpack_iq4(q, w[b].qs);
+        int sumi = 0;
+        for (int j = 0; j < RLXC_QK; j++) sumi += q[j] * x[b].qs[j];
+        s += (float)sumi * rlxc_fp16_to_f32(w[b].d) * rlxc_fp16_to_f32(x[b].d);
+    }
+    return s;
+}
+
+/* Per super-block: sum_j ls[j] * (v . x over sub-block j), exact in int32. */
+static float dot_iq4_xs(const block_iq4_xs *w, const block_q8_k *x, int nb) {
+    float s = 0.0f;
+    int8_t q[RLXC_QK];
+    for (int b = 0; b < nb; b++) {
+        int sumi = 0;
+        for (int j = 0; j < RLXC_QK_K / RLXC_QK; j++) {
+            unpack_iq4(q, w[b].qs + 16 * j);
+            int dot = 0;
+            for (int l = 0; l < RLXC_QK; l++) dot += q[l] * x[b].qs[32 * j + l];
+            sumi += rlxc_iq4_xs_scale(&w[b], j) * dot;
         }
         s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi;
     }
@@ -295,7 +397,10 @@ RLXC_DEFINE_SCALAR_MAT(q5_0, block_q5_0, block_q8_0, RLXC_QK)
 RLXC_DEFINE_SCALAR_MAT(q4_1, block_q4_1, block_q8_0, RLXC_QK)
 RLXC_DEFINE_SCALAR_MAT(q5_1, block_q5_1, block_q8_0, RLXC_QK)
 RLXC_DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
+RLXC_DEFINE_SCALAR_MAT(q5_k, block_q5_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)
+RLXC_DEFINE_SCALAR_MAT(iq4_nl, block_iq4_nl, block_q8_0, RLXC_QK)
+RLXC_DEFINE_SCALAR_MAT(iq4_xs, block_iq4_xs, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(f16, rlxc_fp16, float, 1)
 RLXC_DEFINE_SCALAR_MAT(bf16, rlxc_bf16, float, 1)
 

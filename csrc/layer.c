@@ -143,7 +143,10 @@ const rlxc_wtype_info rlxc_wtypes[] = {
     {RLXC_Q5_1, "q5_1", RLXC_QK, sizeof(block_q5_1), 1},
     {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0), 1},
     {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k), 0},
+    {RLXC_Q5_K, "q5_k", RLXC_QK_K, sizeof(block_q5_k), 0},
     {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k), 0},
+    {RLXC_IQ4_NL, "iq4_nl", RLXC_QK, sizeof(block_iq4_nl), 0},
+    {RLXC_IQ4_XS, "iq4_xs", RLXC_QK_K, sizeof(block_iq4_xs), 0},
 };
 const int rlxc_n_wtypes = (int)(sizeof rlxc_wtypes / sizeof *rlxc_wtypes);
 
@@ -198,7 +201,10 @@ void rlxc_dequantize_row(rlxc_wtype t, float *y, const void *x, int K) {
     case RLXC_Q5_1: rlxc_dequantize_row_q5_1_scalar(y, x, K); break;
     case RLXC_Q8_0: rlxc_dequantize_row_q8_0_scalar(y, x, K); break;
     case RLXC_Q4_K: rlxc_dequantize_row_q4_k_scalar(y, x, K); break;
+    case RLXC_Q5_K: rlxc_dequantize_row_q5_k_scalar(y, x, K); break;
     case RLXC_Q6_K: rlxc_dequantize_row_q6_k_scalar(y, x, K); break;
+    case RLXC_IQ4_NL: rlxc_dequantize_row_iq4_nl_scalar(y, x, K); break;
+    case RLXC_IQ4_XS: rlxc_dequantize_row_iq4_xs_scalar(y, x, K); break;
     }
 }
 

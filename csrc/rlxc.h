@@ -17,7 +17,7 @@ typedef enum { RLXC_SILU = 0, RLXC_GELU_TANH = 1 } rlxc_activation;
 typedef enum { RLXC_ROPE_PREFIX = 0, RLXC_ROPE_PROPORTIONAL = 1 } rlxc_rope_layout;
 /* Values are ggml's type ids, so GGUF tensors map without a table. */
 typedef enum {
-    RLXC_F32 = 0, RLXC_F16 = 1, RLXC_Q4_0 = 2, RLXC_Q4_1 = 3, RLXC_Q5_0 = 6, RLXC_Q5_1 = 7, RLXC_Q8_0 = 8, RLXC_Q4_K = 12, RLXC_Q6_K = 14,
+    RLXC_F32 = 0, RLXC_F16 = 1, RLXC_Q4_0 = 2, RLXC_Q4_1 = 3, RLXC_Q5_0 = 6, RLXC_Q5_1 = 7, RLXC_Q8_0 = 8, RLXC_Q4_K = 12, RLXC_Q5_K = 13, RLXC_Q6_K = 14, RLXC_IQ4_NL = 20, RLXC_IQ4_XS = 23,
     RLXC_BF16 = 30
 } rlxc_wtype;
 
@@ -133,7 +133,7 @@ int rlxc_layer_set_weight_view(rlxc_layer *l, rlxc_wslot s, const void *data, in
                                rlxc_wtype type, char *err);
 void rlxc_layer_clear_weight(rlxc_layer *l, rlxc_wslot s);
 /* Every weight type rlxc knows, rlxc_n_wtypes of them in this order: f32, f16, bf16, q4_0, q4_1,
- * q5_0, q5_1, q8_0, q4_k, q6_k. from_floats: rlxc_layer_set_weight makes it from floats (q5_0 and the
+ * q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, iq4_nl, iq4_xs. from_floats: rlxc_layer_set_weight makes it from floats (q5_0 and the
  * K-quants arrive already quantized, as GGUF bytes). */
 typedef struct {
     rlxc_wtype type;    /* ggml's type id */
@@ -162,7 +162,7 @@ int rlxc_layer_check_fields(const rlxc_layer *l, char *err);
 int rlxc_layer_check(const rlxc_layer *l, char *err);
 
 /* How rlxc_linear multiplies block-quantized weights. RLXC_ACT_Q8 rounds the activations to
- * 8-bit blocks (Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0, Q8_K for q4_k / q6_k) for integer dots: llama.cpp's
+ * 8-bit blocks (Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0 / iq4_nl, Q8_K for q4_k / q5_k / q6_k / iq4_xs) for integer dots: llama.cpp's
  * numerics, and the fastest. RLXC_ACT_F32 dequantizes 48 weight rows at a time and multiplies
  * them with the f32 activations: transformers' numerics on the dequantized weights. f32 / f16 /
  * bf16 weights always take f32 activations. */

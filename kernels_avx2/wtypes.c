@@ -1,5 +1,6 @@
 /* AVX2 kernels of the GGUF weight types beyond Q4_0/Q8_0 (scalar twins in
- * csrc/kernels_wtypes.c): Q5_0 / Q4_1 / Q5_1 x Q8_0 (the latter two add min * sum(x) per block), Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
+ * csrc/kernels_wtypes.c): Q5_0 / Q4_1 / Q5_1 x Q8_0 (the latter two add min * sum(x) per block),
+ * Q5_K (Q4_K with a fifth bit) x Q8_K, Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
  * float, and the dequantizers of every block type. The integer dots multiply unsigned weight
  * quants by signed activations with maddubs and correct for the unsigned offset afterwards,
  * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "../csrc/kernels_ref.h"
+#include "iq4.h"
 #include "q8_0_tile.h"
 
 /* ---- Q5_0 ---- */
@@ -48,58 +50,78 @@ RLXC_INLINE __m256i unsigned_dot(__m256i q, __m256i xq, __m256i sums) {
 }
 RLXC_DEFINE_Q8_0_MIN_TILE(q4_1_tile, block_q4_1, q4_1_quants, x_sums, unsigned_dot)
 RLXC_DEFINE_Q8_0_MIN_TILE(q5_1_tile, block_q5_1, q5_1_quants, x_sums, unsigned_dot)
+RLXC_DEFINE_Q8_0_TILE(iq4_nl_tile, block_iq4_nl, iq4_nl_quants, iq4_no_xterm, iq4_nl_dot)
 
-/* ---- Q4_K ---- */
+/* ---- Q4_K, Q5_K ---- */
+
+/* Sub-blocks 2i and 2i + 1 of a block: 32 quants each, in element order: the low and high
+ * nibbles of qs[32i .. 32i+32); Q5_K sets 0x10 where qh[l] has bit 2i / 2i + 1. */
+RLXC_INLINE void k_nibbles64(const uint8_t *qs, __m256i *lo, __m256i *hi) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)qs), m4 = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_and_si256(q, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+RLXC_INLINE void q4_k_quants64(const block_q4_k *b, const int i, __m256i *lo, __m256i *hi) {
+    k_nibbles64(b->qs + 32 * i, lo, hi);
+}
+RLXC_INLINE __m256i q5_k_fifth(__m256i qh, const int j) {
+    const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(0x10));
+}
+RLXC_INLINE void q5_k_quants64(const block_q5_k *b, const int i, __m256i *lo, __m256i *hi) {
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+    k_nibbles64(b->qs + 32 * i, lo, hi);
+    *lo = _mm256_or_si256(*lo, q5_k_fifth(qh, 2 * i)), *hi = _mm256_or_si256(*hi, q5_k_fifth(qh, 2 * i + 1));
+}
 
 /* Sub-block j (32 quants) contributes sc[j] * (q . x) - m[j] * sum(x) at the super-block's
- * scales d and dmin. The q . x pairs (maddubs: within 2 * 15 * 128) widen to int32 in the madd
+ * scales d and dmin. The q . x pairs (maddubs: within 2 * 31 * 128) widen to int32 in the madd
  * by sc[j] in every word; the whole super-block sums exactly in int32. */
-RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q8_k *x, int nb, const int R,
-                           const int C) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[TILE_MAX][TILE_MAX];
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q4_k));
-        __m256i sc[TILE_MAX];   /* sc[0..8) as int16 in both lanes */
-        __m128i mins[TILE_MAX]; /* m[0..8) as int16 */
-        __m256i sumi[TILE_MAX][TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            sc[r] = _mm256_broadcastsi128_si256(rlxc_q4_k_scales16(w[(size_t)r * nb + b].scales, &mins[r]));
-            RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
-        }
-        /* 64 quants per step: sub-block 2i in the low nibbles of 32 bytes, 2i + 1 in the high */
-        RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++)
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w[(size_t)r * nb + b].qs + 32 * i));
-                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                const __m256i sl = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i)));
-                const __m256i sh = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));
-                RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const int8_t *xq = x[(size_t)t * nb + b].qs + 64 * i;
-                    const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
-                    const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(_mm256_madd_epi16(sl, pl),
-                                                                               _mm256_madd_epi16(sh, ph)));
-                }
-            }
-        RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_k *xb = x + (size_t)t * nb + b;
-            const __m128i xs = rlxc_q8_k_sums32(xb);
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const block_q4_k *wb = w + (size_t)r * nb + b;
-                const __m256i msum = _mm256_zextsi128_si256(_mm_madd_epi16(mins[r], xs)); /* 4 lanes, rest 0 */
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r][t]), _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d),
-                                            acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(rlxc_h2f(wb->dmin) * xb->d),
-                                             acc[r][t]);
-            }
-        }
+#define DEFINE_K_MIN_TILE(name, wtype, quants64)                                                                      \
+    RLXC_INLINE void name(float *y, int ldy, const wtype *w, const block_q8_k *x, int nb, const int R, const int C) { \
+        __m256 acc[TILE_MAX][TILE_MAX];                                                                               \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                       \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                                  \
+        for (int b = 0; b < nb; b++) {                                                                                \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(wtype));                                    \
+            __m256i sc[TILE_MAX];   /* sc[0..8) as int16 in both lanes */                                             \
+            __m128i mins[TILE_MAX]; /* m[0..8) as int16 */                                                            \
+            __m256i sumi[TILE_MAX][TILE_MAX];                                                                         \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                 \
+                sc[r] = _mm256_broadcastsi128_si256(rlxc_q4_k_scales16(w[(size_t)r * nb + b].scales, &mins[r]));       \
+                RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();                          \
+            }                                                                                                         \
+            RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++)                                                      \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                             \
+                    __m256i lo, hi;                                                                                   \
+                    quants64(&w[(size_t)r * nb + b], i, &lo, &hi);                                                    \
+                    const __m256i sl = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i)));         \
+                    const __m256i sh = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));     \
+                    RLXC_UNROLL for (int t = 0; t < C; t++) {                                                         \
+                        const int8_t *xq = x[(size_t)t * nb + b].qs + 64 * i;                                         \
+                        const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));         \
+                        const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));  \
+                        sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_add_epi32(_mm256_madd_epi16(sl, pl),         \
+                                                                                   _mm256_madd_epi16(sh, ph)));       \
+                    }                                                                                                 \
+                }                                                                                                     \
+            RLXC_UNROLL for (int t = 0; t < C; t++) {                                                                 \
+                const block_q8_k *xb = x + (size_t)t * nb + b;                                                        \
+                const __m128i xs = rlxc_q8_k_sums32(xb);                                                              \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                             \
+                    const wtype *wb = w + (size_t)r * nb + b;                                                         \
+                    const __m256i msum = _mm256_zextsi128_si256(_mm_madd_epi16(mins[r], xs)); /* 4 lanes, rest 0 */   \
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r][t]),                                       \
+                                                _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d), acc[r][t]);                  \
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum),                                            \
+                                                 _mm256_set1_ps(rlxc_h2f(wb->dmin) * xb->d), acc[r][t]);              \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                       \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);                 \
     }
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);
-}
+DEFINE_K_MIN_TILE(q4_k_tile, block_q4_k, q4_k_quants64)
+DEFINE_K_MIN_TILE(q5_k_tile, block_q5_k, q5_k_quants64)
 
 /* ---- Q6_K ---- */
 
@@ -246,14 +268,20 @@ DEFINE_HALF_TILE(bf16_tile, rlxc_bf16, bf16_load8, rlxc_bf16_to_f32)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_avx2, block_q5_0, q5_0_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx2, block_q4_1, q4_1_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx2, block_q5_1, q5_1_tile, 4, 2, 3)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_iq4_nl_avx2, block_iq4_nl, iq4_nl_tile, 4, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_iq4_xs_avx2, block_iq4_xs, block_q8_k, RLXC_QK_K, iq4_xs_tile, 2, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_avx2, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx2, rlxc_matmul_q5_0_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_1_avx2, rlxc_matmul_q4_1_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_1_avx2, rlxc_matmul_q5_1_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_nl_avx2, rlxc_matmul_iq4_nl_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_xs_avx2, rlxc_matmul_iq4_xs_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_k_avx2, rlxc_matmul_q5_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2)
@@ -312,17 +340,47 @@ void rlxc_dequantize_row_q5_0_avx2(float *y, const void *vx, int K) {
 DEFINE_DEQUANTIZE_MIN(q4_1)
 DEFINE_DEQUANTIZE_MIN(q5_1)
 
-void rlxc_dequantize_row_q4_k_avx2(float *y, const void *vx, int K) {
-    const block_q4_k *x = vx;
-    uint8_t sm[16];
+#define DEFINE_DEQUANTIZE_K_MIN(type)                                                                 \
+    void rlxc_dequantize_row_##type##_avx2(float *y, const void *vx, int K) {                        \
+        const block_##type *x = vx;                                                                   \
+        uint8_t sm[16];                                                                               \
+        for (int b = 0; b < K / RLXC_QK_K; b++) {                                                     \
+            const float d = rlxc_h2f(x[b].d), dmin = rlxc_h2f(x[b].dmin);                             \
+            rlxc_q4_k_scales(sm, x[b].scales);                                                        \
+            for (int i = 0; i < RLXC_QK_K / 64; i++) {                                                \
+                __m256i q[2];                                                                         \
+                type##_quants64(&x[b], i, &q[0], &q[1]);                                              \
+                for (int h = 0; h < 2; h++, y += 32) {                                                \
+                    const int j = 2 * i + h;                                                          \
+                    const __m256 dj = _mm256_set1_ps(d * (float)sm[j]), mj = _mm256_set1_ps(dmin * (float)sm[8 + j]); \
+                    store_scaled32(y, q[h], 0, dj, dj, mj);                                           \
+                }                                                                                     \
+            }                                                                                         \
+        }                                                                                             \
+    }
+DEFINE_DEQUANTIZE_K_MIN(q4_k)
+DEFINE_DEQUANTIZE_K_MIN(q5_k)
+
+/* The levels as unsigned bytes, offset 128 (exact), for store_scaled32 */
+RLXC_INLINE __m256i iq4_levels_u8(const uint8_t *qs) {
+    return _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8((char)0x80));
+}
+
+void rlxc_dequantize_row_iq4_nl_avx2(float *y, const void *vx, int K) {
+    const block_iq4_nl *x = vx;
+    for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
+        const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
+        store_scaled32(y, iq4_levels_u8(x[b].qs), 128, d, d, _mm256_setzero_ps());
+    }
+}
+
+void rlxc_dequantize_row_iq4_xs_avx2(float *y, const void *vx, int K) {
+    const block_iq4_xs *x = vx;
     for (int b = 0; b < K / RLXC_QK_K; b++) {
-        const float d = rlxc_h2f(x[b].d), dmin = rlxc_h2f(x[b].dmin);
-        rlxc_q4_k_scales(sm, x[b].scales);
-        for (int j = 0; j < 8; j++, y += 32) {
-            const __m256i qs = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * (j / 2)));
-            const __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(qs, 4) : qs, _mm256_set1_epi8(0x0F));
-            const __m256 dj = _mm256_set1_ps(d * (float)sm[j]), mj = _mm256_set1_ps(dmin * (float)sm[8 + j]);
-            store_scaled32(y, q, 0, dj, dj, mj);
+        const float d = rlxc_h2f(x[b].d);
+        for (int j = 0; j < RLXC_QK_K / RLXC_QK; j++, y += RLXC_QK) {
+            const __m256 dl = _mm256_set1_ps(d * (float)rlxc_iq4_xs_scale(&x[b], j));
+            store_scaled32(y, iq4_levels_u8(x[b].qs + 16 * j), 128, dl, dl, _mm256_setzero_ps());
         }
     }
 }

@@ -1,4 +1,4 @@
-/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_1, Q5_1, Q4_K and Q6_K dots of kernels_avx2/wtypes.c: the
+/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K dots of kernels_avx2/wtypes.c: the
  * same arithmetic with fewer instructions, which is what these compute-bound kernels need.
  * Q4_K and Q6_K take 64 quants per register and fold the scale into the widening step
  * (vpdpwssd: int16 pairs times the int16 scale, accumulated in int32); Q5_0 sets its fifth
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "avx512.h"
+#include "../kernels_avx2/iq4.h"
 #include "../kernels_avx2/q8_0_tile.h"
 
 /* ---- Q5_0 (256-bit) ---- */
@@ -43,59 +44,82 @@ RLXC_INLINE __m256i unsigned_dot(__m256i q, __m256i xq, __m256i sums) {
 RLXC_DEFINE_Q8_0_MIN_TILE(q4_1_tile, block_q4_1, q4_1_quants, x_sums, unsigned_dot)
 RLXC_DEFINE_Q8_0_MIN_TILE(q5_1_tile, block_q5_1, q5_1_quants, x_sums, unsigned_dot)
 
-/* ---- Q4_K ---- */
+/* ---- IQ4_NL: the levels + 128 as unsigned bytes for vpdpbusd, less 128 * sum(x) ---- */
+
+RLXC_INLINE __m256i iq4_nl_biased(const block_iq4_nl *b) {
+    return _mm256_xor_si256(iq4_levels(b->qs), _mm256_set1_epi8((char)0x80));
+}
+RLXC_INLINE __m256i iq4_offset_start(__m256i xq) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(),
+                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), xq));
+}
+RLXC_INLINE __m256i iq4_biased_dot(__m256i q, __m256i xq, __m256i start) { return _mm256_dpbusd_epi32(start, q, xq); }
+RLXC_DEFINE_Q8_0_TILE(iq4_nl_tile, block_iq4_nl, iq4_nl_biased, iq4_offset_start, iq4_biased_dot)
+
+/* ---- Q4_K, Q5_K ---- */
 
 /* Quants 64i .. 64i+64: sub-block 2i (low nibbles of qs[32i ..]) in the low 256 bits, 2i + 1
- * (the high nibbles) in the high 256 bits, matching one contiguous load of the activations. */
-RLXC_INLINE __m512i q4_k_quants(const uint8_t *qs) {
+ * (the high nibbles) in the high 256 bits, matching one contiguous load of the activations.
+ * Q5_K adds 16 where qh[l] has bit 2i (low half) or 2i + 1 (high half). */
+RLXC_INLINE __m512i k_nibbles(const uint8_t *qs) {
     const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
     return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)), _mm512_set1_epi8(0x0F));
 }
+RLXC_INLINE __m512i q4_k_quants(const block_q4_k *b, const int i) { return k_nibbles(b->qs + 32 * i); }
+RLXC_INLINE __m512i q5_k_quants(const block_q5_k *b, const int i) {
+    const __m512i q = k_nibbles(b->qs + 32 * i);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qh));
+    const __m512i bit = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8((char)(1 << (2 * i))),
+                                                _mm512_set1_epi8((char)(1 << (2 * i + 1))));
+    return _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+}
 
 /* Sub-block j contributes sc[j] * (q . x) - m[j] * sum(x): the q . x pairs (maddubs, within
- * 2 * 15 * 128) times sc[j] accumulate in int32 with vpdpwssd; the mins as in AVX2. */
-RLXC_INLINE void q4_k_tile(float *y, int ldy, const block_q4_k *w, const block_q8_k *x, int nb, const int R,
-                           const int C) {
-    __m512 acc[TILE_MAX][TILE_MAX];
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q4_k));
-        __m512i sc[TILE_MAX]; /* sc[0..8) as int16 in every 128-bit lane */
-        __m128i mins[TILE_MAX];
-        __m512i sumi[TILE_MAX][TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            sc[r] = _mm512_broadcast_i32x4(rlxc_q4_k_scales16(w[(size_t)r * nb + b].scales, &mins[r]));
-            RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm512_setzero_si512();
-        }
-        RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++) {
-            /* word 2i of each lane in the low 256 bits, word 2i + 1 in the high */
-            const __m512i pick = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(RLXC_PICK_WORD(2 * i)),
-                                                         _mm512_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m512i q = q4_k_quants(w[(size_t)r * nb + b].qs + 32 * i), s = _mm512_shuffle_epi8(sc[r], pick);
-                RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const __m512i xq = _mm512_loadu_si512(x[(size_t)t * nb + b].qs + 64 * i);
-                    sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);
-                }
-            }
-        }
-        RLXC_UNROLL for (int t = 0; t < C; t++) {
-            const block_q8_k *xb = x + (size_t)t * nb + b;
-            const __m128i xs = rlxc_q8_k_sums32(xb);
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const block_q4_k *wb = w + (size_t)r * nb + b;
-                const __m512i msum = _mm512_zextsi128_si512(_mm_madd_epi16(mins[r], xs));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]), _mm512_set1_ps(rlxc_h2f(wb->d) * xb->d),
-                                            acc[r][t]);
-                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(rlxc_h2f(wb->dmin) * xb->d),
-                                             acc[r][t]);
-            }
-        }
+ * 2 * 31 * 128) times sc[j] accumulate in int32 with vpdpwssd; the mins as in AVX2. */
+#define DEFINE_K_MIN_TILE(name, wtype, quants)                                                                        \
+    RLXC_INLINE void name(float *y, int ldy, const wtype *w, const block_q8_k *x, int nb, const int R, const int C) { \
+        __m512 acc[TILE_MAX][TILE_MAX];                                                                               \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                       \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();                                  \
+        for (int b = 0; b < nb; b++) {                                                                                \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(wtype));                                    \
+            __m512i sc[TILE_MAX]; /* sc[0..8) as int16 in every 128-bit lane */                                       \
+            __m128i mins[TILE_MAX];                                                                                   \
+            __m512i sumi[TILE_MAX][TILE_MAX];                                                                         \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                 \
+                sc[r] = _mm512_broadcast_i32x4(rlxc_q4_k_scales16(w[(size_t)r * nb + b].scales, &mins[r]));           \
+                RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm512_setzero_si512();                          \
+            }                                                                                                         \
+            RLXC_UNROLL for (int i = 0; i < RLXC_QK_K / 64; i++) {                                                    \
+                /* word 2i of each lane in the low 256 bits, word 2i + 1 in the high */                               \
+                const __m512i pick = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16(RLXC_PICK_WORD(2 * i)),          \
+                                                             _mm512_set1_epi16(RLXC_PICK_WORD(2 * i + 1)));           \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                             \
+                    const __m512i q = quants(&w[(size_t)r * nb + b], i), s = _mm512_shuffle_epi8(sc[r], pick);        \
+                    RLXC_UNROLL for (int t = 0; t < C; t++) {                                                         \
+                        const __m512i xq = _mm512_loadu_si512(x[(size_t)t * nb + b].qs + 64 * i);                     \
+                        sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);                 \
+                    }                                                                                                 \
+                }                                                                                                     \
+            }                                                                                                         \
+            RLXC_UNROLL for (int t = 0; t < C; t++) {                                                                 \
+                const block_q8_k *xb = x + (size_t)t * nb + b;                                                        \
+                const __m128i xs = rlxc_q8_k_sums32(xb);                                                              \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                             \
+                    const wtype *wb = w + (size_t)r * nb + b;                                                         \
+                    const __m512i msum = _mm512_zextsi128_si512(_mm_madd_epi16(mins[r], xs));                         \
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]),                                       \
+                                                _mm512_set1_ps(rlxc_h2f(wb->d) * xb->d), acc[r][t]);                  \
+                    acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum),                                            \
+                                                 _mm512_set1_ps(rlxc_h2f(wb->dmin) * xb->d), acc[r][t]);              \
+                }                                                                                                     \
+            }                                                                                                         \
+        }                                                                                                             \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                       \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);         \
     }
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
-}
+DEFINE_K_MIN_TILE(q4_k_tile, block_q4_k, q4_k_quants)
+DEFINE_K_MIN_TILE(q5_k_tile, block_q5_k, q5_k_quants)
 
 /* ---- Q6_K ---- */
 
@@ -160,13 +184,19 @@ RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q
  * more tokens take the interleaved tiles of gemm.c instead. */
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_rows_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_avx512, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_rows_avx512)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx512, block_q4_1, q4_1_tile, 4, 4, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx512, block_q5_1, q5_1_tile, 4, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_1_avx512, rlxc_matmul_q4_1_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_1_avx512, rlxc_matmul_q5_1_avx512)
+RLXC_DEFINE_QMATMUL(rlxc_matmul_iq4_nl_avx512, block_iq4_nl, iq4_nl_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_iq4_xs_avx512, block_iq4_xs, block_q8_k, RLXC_QK_K, iq4_xs_tile, 2, 2, 3)
+RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_nl_avx512, rlxc_matmul_iq4_nl_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_xs_avx512, rlxc_matmul_iq4_xs_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_k_avx512, rlxc_matmul_q5_k_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512)
 
 /* ---- float activations (decode of the f32-activation path) ----
@@ -240,28 +270,44 @@ ROW_32(row_q5_0, block_q5_0, q5_0_signed)
                                          scale16(&w[b0 + i].m), acc[i]);                            \
             }                                                                                        \
     }
+RLXC_INLINE __m256i iq4_nl_signed(const block_iq4_nl *b) { return iq4_levels(b->qs); }
+ROW_32(row_iq4_nl, block_iq4_nl, iq4_nl_signed)
+
+/* IQ4_XS: sub-block j at d * ls[j] */
+RLXC_INLINE void row_iq4_xs(__m512 acc[ACCS], const block_iq4_xs *w, const float *x, int K) {
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        const float d = rlxc_h2f(w[b].d);
+        RLXC_UNROLL for (int j = 0; j < RLXC_QK_K / RLXC_QK; j++)
+            acc[j % ACCS] = fma32(acc[j % ACCS], iq4_levels(w[b].qs + 16 * j), x + RLXC_QK * j,
+                                  _mm512_set1_ps(d * (float)rlxc_iq4_xs_scale(&w[b], j)));
+    }
+}
+
 ROW_32_MIN(row_q4_1, block_q4_1, q4_1_quants)
 ROW_32_MIN(row_q5_1, block_q5_1, q5_1_quants)
 
-/* Sub-block j: d * sc[j] * (q . x) - dmin * m[j] * sum(x); quants 0..15 read as signed. */
-RLXC_INLINE void row_q4_k(__m512 acc[ACCS], const block_q4_k *w, const float *x, int K) {
-    uint8_t sm[16];
-    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
-        const float d = rlxc_h2f(w[b].d), dmin = rlxc_h2f(w[b].dmin);
-        rlxc_q4_k_scales(sm, w[b].scales);
-        RLXC_UNROLL for (int i = 0; i < 4; i++) {
-            const __m512i q = q4_k_quants(w[b].qs + 32 * i);
-            RLXC_UNROLL for (int h = 0; h < 2; h++) {
-                const int j = 2 * i + h;
-                const float *xj = x + 32 * j;
-                __m512 *a = &acc[j % ACCS];
-                *a = fma32(*a, _mm512_extracti64x4_epi64(q, h), xj, _mm512_set1_ps(d * (float)sm[j]));
-                *a = _mm512_fnmadd_ps(_mm512_add_ps(_mm512_loadu_ps(xj), _mm512_loadu_ps(xj + 16)),
-                                      _mm512_set1_ps(dmin * (float)sm[8 + j]), *a);
-            }
-        }
+/* Sub-block j: d * sc[j] * (q . x) - dmin * m[j] * sum(x); quants 0..31 read as signed. */
+#define ROW_K_MIN(name, wtype, quants)                                                                     \
+    RLXC_INLINE void name(__m512 acc[ACCS], const wtype *w, const float *x, int K) {                       \
+        uint8_t sm[16];                                                                                    \
+        for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {                                          \
+            const float d = rlxc_h2f(w[b].d), dmin = rlxc_h2f(w[b].dmin);                                  \
+            rlxc_q4_k_scales(sm, w[b].scales);                                                             \
+            RLXC_UNROLL for (int i = 0; i < 4; i++) {                                                      \
+                const __m512i q = quants(&w[b], i);                                                        \
+                RLXC_UNROLL for (int h = 0; h < 2; h++) {                                                  \
+                    const int j = 2 * i + h;                                                               \
+                    const float *xj = x + 32 * j;                                                          \
+                    __m512 *a = &acc[j % ACCS];                                                            \
+                    *a = fma32(*a, _mm512_extracti64x4_epi64(q, h), xj, _mm512_set1_ps(d * (float)sm[j])); \
+                    *a = _mm512_fnmadd_ps(_mm512_add_ps(_mm512_loadu_ps(xj), _mm512_loadu_ps(xj + 16)),    \
+                                          _mm512_set1_ps(dmin * (float)sm[8 + j]), *a);                    \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
     }
-}
+ROW_K_MIN(row_q4_k, block_q4_k, q4_k_quants)
+ROW_K_MIN(row_q5_k, block_q5_k, q5_k_quants)
 
 /* 16 sub-blocks of 16, each with its own scale; quants 0..63 less 32. */
 RLXC_INLINE void row_q6_k(__m512 acc[ACCS], const block_q6_k *w, const float *x, int K) {
@@ -282,4 +328,7 @@ DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_0_avx512, block_q5_0, RLXC_QK, row_q5_0)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_1_avx512, block_q4_1, RLXC_QK, row_q4_1)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_1_avx512, block_q5_1, RLXC_QK, row_q5_1)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_k_avx512, block_q4_k, RLXC_QK_K, row_q4_k)
+DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_k_avx512, block_q5_k, RLXC_QK_K, row_q5_k)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q6_k_avx512, block_q6_k, RLXC_QK_K, row_q6_k)
+DEFINE_MATVEC_FX(rlxc_matvec_fx_iq4_nl_avx512, block_iq4_nl, RLXC_QK, row_iq4_nl)
+DEFINE_MATVEC_FX(rlxc_matvec_fx_iq4_xs_avx512, block_iq4_xs, RLXC_QK_K, row_iq4_xs)

@@ -105,6 +105,14 @@ RLXC_INLINE void rlxc_neon_q5_0_quants(const block_q5_0 *b, int8x16_t q[2]) {
     for (int i = 0; i < 2; i++) q[i] = vsubq_s8(q[i], vdupq_n_s8(16));
 }
 
+/* IQ4 levels of 16 index bytes in Q4_0's layout (IQ4_NL blocks, IQ4_XS sub-blocks) */
+RLXC_INLINE void rlxc_neon_iq4_levels(const uint8_t *qs, int8x16_t q[2]) {
+    const int8x16_t table = vld1q_s8(rlxc_iq4_values);
+    rlxc_neon_q4_unsigned(qs, q);
+    for (int i = 0; i < 2; i++) q[i] = vqtbl1q_s8(table, vreinterpretq_u8_s8(q[i]));
+}
+RLXC_INLINE void rlxc_neon_iq4_nl_quants(const block_iq4_nl *b, int8x16_t q[2]) { rlxc_neon_iq4_levels(b->qs, q); }
+
 /* Q4_1 / Q5_1: unsigned, the block's minimum is added apart */
 RLXC_INLINE void rlxc_neon_q4_1_quants(const block_q4_1 *b, int8x16_t q[2]) { rlxc_neon_q4_unsigned(b->qs, q); }
 RLXC_INLINE void rlxc_neon_q5_1_quants(const block_q5_1 *b, int8x16_t q[2]) {
@@ -113,11 +121,26 @@ RLXC_INLINE void rlxc_neon_q5_1_quants(const block_q5_1 *b, int8x16_t q[2]) {
 
 /* Elements 64i .. 64i+64 (sub-blocks 2i, 2i+1), 0..15: q[0..2) the low nibbles of qs[32i ..
  * 32i+32), q[2..4) the high ones. */
-RLXC_INLINE void rlxc_neon_q4_k_quants(const block_q4_k *b, const int i, int8x16_t q[4]) {
+RLXC_INLINE void rlxc_neon_k_nibbles(const uint8_t *qs, int8x16_t q[4]) {
     for (int h = 0; h < 2; h++) {
-        const uint8x16_t v = vld1q_u8(b->qs + 32 * i + 16 * h);
+        const uint8x16_t v = vld1q_u8(qs + 16 * h);
         q[h] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
         q[2 + h] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+    }
+}
+RLXC_INLINE void rlxc_neon_q4_k_quants(const block_q4_k *b, const int i, int8x16_t q[4]) {
+    rlxc_neon_k_nibbles(b->qs + 32 * i, q);
+}
+
+/* The same for Q5_K, 0..31: 0x10 added where qh[l] has bit 2i (sub-block 2i) or 2i + 1. */
+RLXC_INLINE void rlxc_neon_q5_k_quants(const block_q5_k *b, const int i, int8x16_t q[4]) {
+    rlxc_neon_k_nibbles(b->qs + 32 * i, q);
+    for (int h = 0; h < 2; h++) {
+        const uint8x16_t qh = vld1q_u8(b->qh + 16 * h);
+        for (int s = 0; s < 2; s++) {
+            const uint8x16_t fifth = vandq_u8(vtstq_u8(qh, vdupq_n_u8((uint8_t)(1 << (2 * i + s)))), vdupq_n_u8(0x10));
+            q[2 * s + h] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(q[2 * s + h]), fifth));
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 /* Template of the quantized NEON products of the weight types with Q8_0 activations (Q4_0,
- * Q5_0, Q8_0, Q4_1 and Q5_1 weights; matvec and blocked GEMM). Included once per integer-dot flavour, so
+ * Q5_0, Q8_0, Q4_1, Q5_1 and IQ4_NL weights; matvec and blocked GEMM). Included once per integer-dot flavour, so
  * the plain and the dotprod tables share every line except the int8 dot itself; kqmat.h, the
  * K-quants' template, takes the same two definitions. The includer defines:
  *   QMAT_NAME(f)    the exported name of kernel f, e.g. f##_neon
@@ -12,13 +12,18 @@
 #error "define QMAT_NAME and QMAT_DOT16 before including qmat.h"
 #endif
 
-enum { QMAT_Q4_0, QMAT_Q5_0, QMAT_Q8_0, QMAT_Q4_1, QMAT_Q5_1 };
+enum { QMAT_Q4_0, QMAT_Q5_0, QMAT_Q8_0, QMAT_Q4_1, QMAT_Q5_1, QMAT_IQ4_NL };
 
 /* Weight block i of a row-major matrix of the given kind -> its scale and 32 signed int8 in
  * element order: unpacking once per row lets every kind share the dot, and the unpacked row
  * serves every token of the tile. */
 RLXC_INLINE float qmat_load_w(const void *w, size_t i, const int kind, int8x16_t q[2], float *m) {
     switch (kind) {
+    case QMAT_IQ4_NL: {
+        const block_iq4_nl *b = (const block_iq4_nl *)w + i;
+        rlxc_neon_iq4_nl_quants(b, q);
+        return rlxc_neon_h2f(b->d);
+    }
     case QMAT_Q4_1: {
         const block_q4_1 *b = (const block_q4_1 *)w + i;
         rlxc_neon_q4_1_quants(b, q);
@@ -62,6 +67,7 @@ RLXC_INLINE void qmat_tile(float *y, int ldy, const void *w, const block_q8_0 *x
                          : kind == QMAT_Q5_0 ? sizeof(block_q5_0)
                          : kind == QMAT_Q4_1 ? sizeof(block_q4_1)
                          : kind == QMAT_Q5_1 ? sizeof(block_q5_1)
+                         : kind == QMAT_IQ4_NL ? sizeof(block_iq4_nl)
                                              : sizeof(block_q8_0);
     float32x4_t acc[TILE_MAX][TILE_MAX];
     for (int r = 0; r < R; r++)
@@ -98,6 +104,7 @@ QMAT_DEFINE_TILE(Q5_0, block_q5_0)
 QMAT_DEFINE_TILE(Q8_0, block_q8_0)
 QMAT_DEFINE_TILE(Q4_1, block_q4_1)
 QMAT_DEFINE_TILE(Q5_1, block_q5_1)
+QMAT_DEFINE_TILE(IQ4_NL, block_iq4_nl)
 
 /* Decode streams 4 rows per tile; the GEMM keeps 4 rows x 4 tokens of accumulators (16 of the
  * 32 vector registers, the unpacked rows another 8). */
@@ -106,8 +113,10 @@ RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_q5_0), block_q5_0, qmat_tile_Q5_0, 4, 
 RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_q8_0), block_q8_0, qmat_tile_Q8_0, 4, 4, 4)
 RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_q4_1), block_q4_1, qmat_tile_Q4_1, 4, 4, 4)
 RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_q5_1), block_q5_1, qmat_tile_Q5_1, 4, 4, 4)
+RLXC_DEFINE_QMATMUL(QMAT_NAME(rlxc_matmul_iq4_nl), block_iq4_nl, qmat_tile_IQ4_NL, 4, 4, 4)
 RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q4_0), QMAT_NAME(rlxc_matmul_q4_0))
 RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q5_0), QMAT_NAME(rlxc_matmul_q5_0))
 RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q8_0), QMAT_NAME(rlxc_matmul_q8_0))
 RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q4_1), QMAT_NAME(rlxc_matmul_q4_1))
 RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_q5_1), QMAT_NAME(rlxc_matmul_q5_1))
+RLXC_DEFINE_MATVEC(QMAT_NAME(rlxc_matvec_iq4_nl), QMAT_NAME(rlxc_matmul_iq4_nl))

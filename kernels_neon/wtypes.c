@@ -86,6 +86,22 @@ RLXC_INLINE void dequant16(float *y, int8x16_t q, float d, float m) {
 DEFINE_DEQUANTIZE_32(q4_0, block_q4_0)
 DEFINE_DEQUANTIZE_32(q5_0, block_q5_0)
 DEFINE_DEQUANTIZE_32(q8_0, block_q8_0)
+DEFINE_DEQUANTIZE_32(iq4_nl, block_iq4_nl)
+
+/* d * ls[j] first, then times the level (the scalar twin's order) */
+void rlxc_dequantize_row_iq4_xs_neon(float *y, const void *vx, int K) {
+    const block_iq4_xs *x = vx;
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_neon_h2f(x[b].d);
+        for (int j = 0; j < RLXC_QK_K / RLXC_QK; j++, y += RLXC_QK) {
+            int8x16_t q[2];
+            rlxc_neon_iq4_levels(x[b].qs + 16 * j, q);
+            const float dl = d * (float)rlxc_iq4_xs_scale(&x[b], j);
+            dequant16(y, q[0], dl, 0.0f);
+            dequant16(y + 16, q[1], dl, 0.0f);
+        }
+    }
+}
 
 /* d * q + m as d * q - (-m): the same rounding */
 #define DEFINE_DEQUANTIZE_MIN(type)                                           \
@@ -102,23 +118,26 @@ DEFINE_DEQUANTIZE_32(q8_0, block_q8_0)
 DEFINE_DEQUANTIZE_MIN(q4_1)
 DEFINE_DEQUANTIZE_MIN(q5_1)
 
-void rlxc_dequantize_row_q4_k_neon(float *y, const void *vx, int K) {
-    const block_q4_k *x = vx;
-    uint8_t sm[16];
-    for (int b = 0; b < K / RLXC_QK_K; b++) {
-        const float d = rlxc_neon_h2f(x[b].d), dmin = rlxc_neon_h2f(x[b].dmin);
-        rlxc_q4_k_scales(sm, x[b].scales);
-        for (int i = 0; i < 4; i++) {
-            int8x16_t q[4];
-            rlxc_neon_q4_k_quants(&x[b], i, q);
-            for (int h = 0; h < 2; h++) { /* sub-block j = 2i + h */
-                const int j = 2 * i + h;
-                const float dj = d * (float)sm[j], mj = dmin * (float)sm[8 + j]; /* gguf's order */
-                for (int v = 0; v < 2; v++, y += 16) dequant16(y, q[2 * h + v], dj, mj);
-            }
-        }
+#define DEFINE_DEQUANTIZE_K_MIN(type)                                                          \
+    void rlxc_dequantize_row_##type##_neon(float *y, const void *vx, int K) {                 \
+        const block_##type *x = vx;                                                            \
+        uint8_t sm[16];                                                                        \
+        for (int b = 0; b < K / RLXC_QK_K; b++) {                                              \
+            const float d = rlxc_neon_h2f(x[b].d), dmin = rlxc_neon_h2f(x[b].dmin);            \
+            rlxc_q4_k_scales(sm, x[b].scales);                                                 \
+            for (int i = 0; i < 4; i++) {                                                      \
+                int8x16_t q[4];                                                                \
+                rlxc_neon_##type##_quants(&x[b], i, q);                                        \
+                for (int h = 0; h < 2; h++) { /* sub-block j = 2i + h */                       \
+                    const int j = 2 * i + h;                                                   \
+                    const float dj = d * (float)sm[j], mj = dmin * (float)sm[8 + j]; /* gguf's order */ \
+                    for (int v = 0; v < 2; v++, y += 16) dequant16(y, q[2 * h + v], dj, mj);   \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
     }
-}
+DEFINE_DEQUANTIZE_K_MIN(q4_k)
+DEFINE_DEQUANTIZE_K_MIN(q5_k)
 
 void rlxc_dequantize_row_q6_k_neon(float *y, const void *vx, int K) {
     const block_q6_k *x = vx;

@@ -202,18 +202,18 @@ def quantize_q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _q8k_activations(x: np.ndarray) -> np.ndarray:
-    """Round activation rows to Q8_K (what the engine feeds q4_k / q6_k matmuls), same dtype."""
+    """Round activation rows to Q8_K (what the engine feeds K-quant matmuls), same dtype."""
     shape = x.shape
     d, q = quantize_q8_k(np.asarray(x, dtype=np.float32).reshape(-1, shape[-1]))
     return (d[..., None] * q.astype(np.float32)).reshape(shape).astype(x.dtype)
 
 
 def round_activations(x: np.ndarray, wtype: str) -> np.ndarray:
-    """The activations a matrix of ``wtype`` multiplies: Q8_0 for q4_0 / q5_0 / q8_0, Q8_K for
-    q4_k / q6_k, unchanged for float types."""
-    if wtype in ("q4_0", "q5_0", "q8_0"):
+    """The activations a matrix of ``wtype`` multiplies: Q8_0 for the 32-blocks (q4_0, q4_1,
+    q5_0, q5_1, q8_0, iq4_nl), Q8_K for the 256-blocks, unchanged for float types."""
+    if wtype in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"):
         return _q8_activations(x)
-    if wtype in ("q4_k", "q6_k"):
+    if wtype in ("q4_k", "q5_k", "q6_k", "iq4_xs"):
         return _q8k_activations(x)
     return x
 

@@ -1,5 +1,6 @@
-"""GGUF files in the weight types issue 14 adds (Q4_1, Q5_1), made by the newest llama.cpp's own
-llama-quantize (tests/data/make_q4_1_q5_1.sh): each runs in place from the memory map and, with
+"""GGUF files in the weight types issue 14 adds (Q4_1, Q5_1, Q5_K, IQ4_NL, IQ4_XS), made by the
+newest llama.cpp's own llama-quantize (tests/data/make_quantized.sh): each runs in place from the memory
+map and, with
 f32 activations, matches transformers run on the dequantized weights to 1e-4; with q8
 activations it stays close (top-1 and KL against the f32 run)."""
 
@@ -23,9 +24,20 @@ SLOTS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "
          "down_proj": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 
 
-def hf_on_dequantized(m):
+#: file -> (its matrices' types, the build() arguments of the Llama it was made from)
+FILES = {
+    "tiny-llama-q4_1.gguf": ({"q4_1"}, dict(hidden_size=64, intermediate_size=96)),
+    "tiny-llama-q5_1.gguf": ({"q5_1"}, dict(hidden_size=64, intermediate_size=96)),
+    "tiny-llama-q5_k_m.gguf": ({"q5_k", "q6_k"},
+                               dict(hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=1)),
+    "tiny-llama-iq4_xs.gguf": ({"iq4_xs", "iq4_nl"},
+                               dict(hidden_size=256, intermediate_size=544, head_dim=64, num_hidden_layers=1)),
+}
+
+
+def hf_on_dequantized(m, arch_kw):
     """The Llama the file was made from, its matrices replaced by the file's, dequantized."""
-    hf = build("llama", hidden_size=64, intermediate_size=96)
+    hf = build("llama", **arch_kw)
     sd = hf.state_dict()
     with torch.no_grad():
         for i, layer in enumerate(m.layers):
@@ -36,16 +48,17 @@ def hf_on_dequantized(m):
     return hf
 
 
-@pytest.mark.parametrize("wtype", ["q4_1", "q5_1"])
-def test_llama_quantize_file_runs_in_place_and_matches_transformers(wtype, isa):
-    path = os.path.join(DATA, f"tiny-llama-{wtype}.gguf")
+@pytest.mark.parametrize("name", list(FILES))
+def test_llama_quantize_file_runs_in_place_and_matches_transformers(name, isa):
+    path = os.path.join(DATA, name)
+    wtypes, arch_kw = FILES[name]
     m = rlxc.load(path, activations="f32", kv_type="f32")
-    assert {m.layers[i].weight_type(s) for i in range(len(m.layers)) for s in ("q_proj", "down_proj")} == {wtype}
+    assert {m.layers[i].weight_type(s) for i in range(len(m.layers)) for s in ("q_proj", "down_proj")} == wtypes
     import gguf
     stored = {t.name: t for t in gguf.GGUFReader(path).tensors}["blk.0.ffn_down.weight"]
     np.testing.assert_array_equal(m.layers[0].weight_raw("down_proj"), stored.data)  # the file's own blocks
     ids = token_ids(40, seed=7) % m.vocab_size
-    ref = hf_logits(hf_on_dequantized(m), ids)
+    ref = hf_logits(hf_on_dequantized(m, arch_kw), ids)
     got = m.forward(ids)
     assert rel_err(got, ref) <= 1e-4
     # prefill then decode: the same
@@ -61,4 +74,5 @@ def test_llama_quantize_file_runs_in_place_and_matches_transformers(wtype, isa):
     pa /= pa.sum(1, keepdims=True)
     kl = np.sum(pa * (np.log(pa) - (lp - lp.max(1, keepdims=True) - np.log(np.exp(lp - lp.max(1, keepdims=True))
                                                                              .sum(1, keepdims=True)))), 1)
-    assert kl.mean() < 1e-3 and np.mean(lp.argmax(1) == lf.argmax(1)) >= 0.9
+    # (8-bit activation rounding: 0.005 nats per token on Gemma 3 270M; these tiny random models ~1e-3)
+    assert kl.mean() < 5e-3 and np.mean(lp.argmax(1) == lf.argmax(1)) >= 0.9

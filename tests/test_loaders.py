@@ -290,10 +290,10 @@ def test_gguf_fuzzed_headers_raise_cleanly(tmp_path):
     assert outcomes["error"] > 0
 
 
-def write_tiny_gguf(path, arch="llama", q_type="F32", extra=None):
+def write_tiny_gguf(path, arch="llama", q_type="F32", extra=None, H=64):
     """A one-layer llama-shaped GGUF written by hand (q_proj in ``q_type``)."""
     rng = np.random.default_rng(0)
-    H, F, V = 64, 128, 32
+    F, V = 128, 32
     w = loaders._Writer()
     w.add("general.architecture", arch)
     for k, v in dict(context_length=64, embedding_length=H, block_count=1, feed_forward_length=F,
@@ -304,9 +304,9 @@ def write_tiny_gguf(path, arch="llama", q_type="F32", extra=None):
     def t(name, shape, qt="F32"):
         arr = (rng.standard_normal(shape[::-1]) * 0.1).astype(np.float32)
         tid = gguf.GGMLQuantizationType[qt]
-        if qt == "IQ4_NL":  # no quantizer in gguf: random codes under a small fp16 scale per 32
-            data = rng.integers(0, 256, (arr.size // 32, 18), dtype=np.uint8)
-            data[:, :2] = np.full((len(data), 1), 0.01, np.float16).view(np.uint8)
+        if qt == "Q3_K":  # no quantizer in gguf: random codes under a small fp16 scale per 256 (at byte 108)
+            data = rng.integers(0, 256, (arr.size // 256, 110), dtype=np.uint8)
+            data[:, 108:] = np.full((len(data), 1), 0.01, np.float16).view(np.uint8)
             data = data.reshape(shape[1], -1)
         else:
             data = arr if qt == "F32" else gguf.quants.quantize(arr, tid)
@@ -314,7 +314,7 @@ def write_tiny_gguf(path, arch="llama", q_type="F32", extra=None):
 
     t("token_embd.weight", (H, V))
     t("output_norm.weight", (H,))
-    for n, shape in (("attn_norm", (H,)), ("attn_q", (H, H)), ("attn_k", (H, 32)), ("attn_v", (H, 32)),
+    for n, shape in (("attn_norm", (H,)), ("attn_q", (H, H)), ("attn_k", (H, H // 2)), ("attn_v", (H, H // 2)),
                      ("attn_output", (H, H)), ("ffn_norm", (H,)), ("ffn_gate", (H, F)), ("ffn_up", (H, F)),
                      ("ffn_down", (F, H))):
         t(f"blk.0.{n}.weight", shape, q_type if n == "attn_q" else "F32")
@@ -331,8 +331,8 @@ def test_gguf_unsupported_arch_tensor_type_and_tensor(tmp_path):
     write_tiny_gguf(p, arch="mamba")
     with pytest.raises(NotImplementedError, match="mamba"):
         rlxc.load(p)
-    write_tiny_gguf(p, q_type="IQ4_NL")
-    with pytest.raises(NotImplementedError, match="IQ4_NL"):
+    write_tiny_gguf(p, q_type="Q3_K", H=256)
+    with pytest.raises(NotImplementedError, match="Q3_K"):
         rlxc.load(p)
     m = rlxc.load(p, weights="q8_0")  # converted at load (gguf's reference dequantizer)
     assert m.layers[0].weight_type("q_proj") == "q8_0"

@@ -1,4 +1,5 @@
-"""The GGUF weight types beyond q4_0 / q8_0 (f16, bf16, q5_0, q4_1, q5_1, q4_k, q6_k): dequantization
+"""The GGUF weight types beyond q4_0 / q8_0 (f16, bf16, q5_0, q4_1, q5_1, q4_k, q5_k, q6_k, iq4_nl,
+iq4_xs): dequantization
 bit-exact with the gguf package, matmul on every ISA against a NumPy emulation of the integer
 dot products and against x @ dequantized(W).T, and the errors for rows of the wrong width."""
 
@@ -13,11 +14,13 @@ from rlxc import ops
 import reference as ref
 
 QTYPE = {"f16": G.F16, "bf16": G.BF16, "q5_0": G.Q5_0, "q4_1": G.Q4_1, "q5_1": G.Q5_1, "q4_k": G.Q4_K,
-         "q6_k": G.Q6_K}
+         "q5_k": G.Q5_K, "q6_k": G.Q6_K, "iq4_nl": G.IQ4_NL, "iq4_xs": G.IQ4_XS}
 BLOCK = {"f16": (1, 2), "bf16": (1, 2), "q5_0": (32, 22), "q4_1": (32, 20), "q5_1": (32, 24), "q4_k": (256, 144),
-         "q6_k": (256, 210)}
-FP16_SCALES = {"q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}  # fp16 byte offsets
-QUANTIZED = ["q5_0", "q4_1", "q5_1", "q4_k", "q6_k"]
+         "q5_k": (256, 176), "q6_k": (256, 210), "iq4_nl": (32, 18), "iq4_xs": (256, 136)}
+FP16_SCALES = {"q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q5_k": (0, 2),
+               "q6_k": (208,), "iq4_nl": (0,), "iq4_xs": (0,)}  # fp16 byte offsets
+QUANTIZED = ["q5_0", "q4_1", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int64)
 
 
 def row_bytes(wtype, K):
@@ -128,15 +131,32 @@ def unpack_quants(wtype, b, K):
         q = q - 16 if wtype == "q5_0" else q
         s = np.repeat(f16(0)[..., None], 32, -1)
         m = np.zeros_like(s) if wtype == "q5_0" else -np.repeat(f16(2)[..., None], 32, -1)  # w = s * q - m
-    elif wtype == "q4_k":
+    elif wtype in ("q4_k", "q5_k"):
         sc = blk[..., 4:16]
         d, mm, md = sc[..., 0:4], sc[..., 4:8], sc[..., 8:12]
         scales = np.concatenate([d & 63, (md & 15) | ((d >> 6) << 4)], -1).astype(np.float64)
         mins = np.concatenate([mm & 63, (md >> 4) | ((mm >> 6) << 4)], -1).astype(np.float64)
-        qs = blk[..., 16:].reshape(N, K // 256, 4, 32)
-        q = np.stack([qs & 0x0F, qs >> 4], 3).reshape(N, K // 256, 256).astype(np.int64)
+        qs = blk[..., 16 if wtype == "q4_k" else 48:].reshape(N, K // 256, 4, 32)
+        q = np.stack([qs & 0x0F, qs >> 4], 3).reshape(N, K // 256, 8, 32).astype(np.int64)
+        if wtype == "q5_k":  # element l of sub-block j: bit j of qh[l]
+            qh = blk[..., 16:48].astype(np.int64)
+            q = q | (((qh[..., None, :] >> np.arange(8)[:, None]) & 1) << 4)
+        q = q.reshape(N, K // 256, 256)
         s = np.repeat(f16(0)[..., None] * scales, 32, -1)
         m = np.repeat(f16(2)[..., None] * mins, 32, -1)
+    elif wtype in ("iq4_nl", "iq4_xs"):
+        qs = blk[..., 2 if wtype == "iq4_nl" else 8:].reshape(N, -1, 16)  # per 32: low nibbles, then high
+        q = IQ4_LEVELS[np.concatenate([qs & 0x0F, qs >> 4], -1)].reshape(N, -1, 32)
+        if wtype == "iq4_nl":
+            s = np.repeat(f16(0)[..., None], 32, -1)
+        else:
+            sh = blk[..., 2:4].copy().view("<u2")[..., 0].astype(np.int64)
+            sl = blk[..., 4:8].astype(np.int64)
+            ls = np.stack([(sl[..., j // 2] >> (4 * (j % 2))) & 15 | ((sh >> (2 * j)) & 3) << 4
+                           for j in range(8)], -1) - 32
+            s = np.repeat(f16(0)[..., None] * ls, 32, -1)
+        q = q.reshape(N, K)
+        m = np.zeros_like(s)
     else:  # q6_k
         ql, qh = blk[..., :128].reshape(N, -1, 2, 64), blk[..., 128:192].reshape(N, -1, 2, 32)
         q = np.empty((N, K // 256, 2, 4, 32), np.int64)
@@ -171,7 +191,8 @@ def q_dot_emulation(x, b, wtype):
 
 SHAPES = {  # (N, K, T): N off the row tiles, T = 1, 2, 3, 17
     **{t: [(1, 32, 1), (5, 64, 2), (17, 96, 3), (33, 320, 17), (64, 1024, 1)] for t in ("q5_0", "q4_1", "q5_1")},
-    "q4_k": [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)],
+    **{t: [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)] for t in ("q4_k", "q5_k", "iq4_xs")},
+    "iq4_nl": [(1, 32, 1), (5, 64, 2), (17, 96, 3), (33, 320, 17), (64, 1024, 1)],
     "q6_k": [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)],
 }
 

@@ -58,7 +58,7 @@ kv_shared_from).
 Weights are set by rlxc name (``Layer.WEIGHTS``) or by HF per-layer parameter name
 (``"self_attn.q_proj.weight"``, ``"model.layers.3.mlp.down_proj.weight"``): ``set_weight``
 copies a float32 array, stored as f32, f16, bf16, q4_0 or q8_0; ``set_weight_raw`` /
-``set_weight_view`` take GGUF bytes of any supported type (also q5_0, q4_k, q6_k), the latter
+``set_weight_view`` take GGUF bytes of any supported type (also q5_0, q4_k, q5_k, q6_k), the latter
 in place. ``layer[name]`` reads a weight back as float32, ``layer.weight_type(name)`` its
 storage type, ``layer.weight_shape(name)`` the shape the current fields need and
 ``layer.used_weights()`` the slots they use; ``nbytes`` counts the stored bytes.
@@ -137,7 +137,8 @@ class Layer(_rlxc.Layer):
 
     def set_weight(self, name: str, array: np.ndarray, dtype: str = "f32") -> None:
         """Copy a float32 array into a weight, stored as ``dtype`` ('f32', 'f16', 'bf16', 'q4_0',
-        'q8_0'); q5_0 / q4_k / q6_k weights come as GGUF bytes (``set_weight_raw`` / ``set_weight_view``)."""
+        'q8_0', 'q4_1', 'q5_1'); q5_0 and the K-quants come as GGUF bytes (``set_weight_raw`` /
+        ``set_weight_view``)."""
         super().set_weight(self.weight_name(name), array, cast(Any, dtype))  # (the C call checks dtype)
 
     def set_weights(self, weights: Mapping[str, np.ndarray], dtype: str = "f32") -> None:

@@ -54,7 +54,7 @@ def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
 
 class QuantMatrix:
     """A ``[rows, cols]`` matrix kept as stored: uint8 ``data[rows, row_bytes]`` of GGUF blocks of
-    ``wtype`` ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", ...), never expanded.
+    ``wtype`` (``rlxc.loaders.RLXC_WTYPES``: "f32", "q4_0", "q4_k", "iq4_xs", ...), never expanded.
 
     ``m[ids]`` dequantizes just those rows (float32 ``[len(ids), cols]``; an int gives one row),
     so an embedding lookup costs a row, not the table. ``np.asarray(m)`` is not supported on
@@ -164,7 +164,7 @@ class Model:
             final_softcap: ``cap * tanh(logits / cap)`` when > 0.
             ple: Gemma 4 per-layer-embedding tables (see :func:`rlxc.hf.model_parts`) or None.
             max_seq: KV-cache length. threads: engine threads (None = engine default).
-            activations: how block-quantized weights (q4_0, q5_0, q8_0, q4_k, q6_k) meet the
+            activations: how block-quantized weights (every type but f32 / f16 / bf16) meet the
                 activations, see :attr:`activations`.
             name: shown by repr. layer_wtypes: per layer, slot -> format (for display only).
             arch: the GGUF architecture name (used by :func:`rlxc.save`), e.g. "llama", "gemma3".
