@@ -28,11 +28,17 @@ RLXC_INLINE __m256i iq4_nl_dot(__m256i v, __m256i xq, __m256i unused) {
     return _mm256_madd_epi16(iq4_pairs(v, xq), _mm256_set1_epi16(1));
 }
 
-/* The 8 sub-block scales of an IQ4_XS block, ls - 32, as int16 in both 128-bit lanes. */
+/* The 8 sub-block scales of an IQ4_XS block, ls - 32, as int16 in both 128-bit lanes: nibble j
+ * of the scales_l word and bits 2j, 2j + 1 of scales_h, one variable shift each per lane. */
 RLXC_INLINE __m256i iq4_xs_scales16(const block_iq4_xs *b) {
-    int16_t s[8];
-    for (int j = 0; j < 8; j++) s[j] = (int16_t)rlxc_iq4_xs_scale(b, j);
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)s));
+    uint32_t sl;
+    memcpy(&sl, b->scales_l, sizeof sl);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                        _mm256_set1_epi32(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                        _mm256_set1_epi32(3));
+    const __m256i s = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    return _mm256_broadcastsi128_si256(_mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
 }
 
 /* Per super-block: sum_j ls[j] * (v . x over sub-block j), exact in int32 (|sum| <= 256 * 127
