@@ -13,6 +13,12 @@ RLXC_INLINE __m256i iq4_levels(const uint8_t *qs) {
     return _mm256_shuffle_epi8(table, rlxc_q4_nibbles256(qs));
 }
 
+/* The same levels + 128 as unsigned bytes (exact): AVX-512's vpdpbusd and the dequantizers'
+ * unsigned widening take them. */
+RLXC_INLINE __m256i iq4_levels_biased(const uint8_t *qs) {
+    return _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8((char)0x80));
+}
+
 /* 16 int16 pair sums of the signed products v * xq. */
 RLXC_INLINE __m256i iq4_pairs(__m256i v, __m256i xq) {
     return _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xq, v));

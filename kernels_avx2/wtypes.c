@@ -361,16 +361,11 @@ DEFINE_DEQUANTIZE_MIN(q5_1)
 DEFINE_DEQUANTIZE_K_MIN(q4_k)
 DEFINE_DEQUANTIZE_K_MIN(q5_k)
 
-/* The levels as unsigned bytes, offset 128 (exact), for store_scaled32 */
-RLXC_INLINE __m256i iq4_levels_u8(const uint8_t *qs) {
-    return _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8((char)0x80));
-}
-
 void rlxc_dequantize_row_iq4_nl_avx2(float *y, const void *vx, int K) {
     const block_iq4_nl *x = vx;
     for (int b = 0; b < K / RLXC_QK; b++, y += RLXC_QK) {
         const __m256 d = _mm256_set1_ps(rlxc_h2f(x[b].d));
-        store_scaled32(y, iq4_levels_u8(x[b].qs), 128, d, d, _mm256_setzero_ps());
+        store_scaled32(y, iq4_levels_biased(x[b].qs), 128, d, d, _mm256_setzero_ps());
     }
 }
 
@@ -380,7 +375,7 @@ void rlxc_dequantize_row_iq4_xs_avx2(float *y, const void *vx, int K) {
         const float d = rlxc_h2f(x[b].d);
         for (int j = 0; j < RLXC_QK_K / RLXC_QK; j++, y += RLXC_QK) {
             const __m256 dl = _mm256_set1_ps(d * (float)rlxc_iq4_xs_scale(&x[b], j));
-            store_scaled32(y, iq4_levels_u8(x[b].qs + 16 * j), 128, dl, dl, _mm256_setzero_ps());
+            store_scaled32(y, iq4_levels_biased(x[b].qs + 16 * j), 128, dl, dl, _mm256_setzero_ps());
         }
     }
 }

@@ -46,9 +46,7 @@ RLXC_DEFINE_Q8_0_MIN_TILE(q5_1_tile, block_q5_1, q5_1_quants, x_sums, unsigned_d
 
 /* ---- IQ4_NL: the levels + 128 as unsigned bytes for vpdpbusd, less 128 * sum(x) ---- */
 
-RLXC_INLINE __m256i iq4_nl_biased(const block_iq4_nl *b) {
-    return _mm256_xor_si256(iq4_levels(b->qs), _mm256_set1_epi8((char)0x80));
-}
+RLXC_INLINE __m256i iq4_nl_biased(const block_iq4_nl *b) { return iq4_levels_biased(b->qs); }
 RLXC_INLINE __m256i iq4_offset_start(__m256i xq) {
     return _mm256_sub_epi32(_mm256_setzero_si256(),
                             _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), xq));

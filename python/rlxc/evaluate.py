@@ -158,10 +158,16 @@ def _windows(model: Any, text: Any, ctx: Any, windows: int | None) -> tuple[np.n
     if len(ids) < 2 * ctx:
         raise ValueError(f"the text has {len(ids)} tokens: perplexity with ctx={ctx} needs at least {2 * ctx} "
                          f"(two windows)")
-    if windows is not None and (isinstance(windows, bool) or int(windows) < 1):
+    return ids, window_count(windows, len(ids) // int(ctx)), window_bos(model)
+
+
+def window_count(windows: int | None, available: int) -> int:
+    """How many of ``available`` windows to run: all, or at most ``windows`` (>= 1)."""
+    if windows is None:
+        return available
+    if isinstance(windows, bool) or int(windows) < 1:
         raise ValueError(f"windows must be >= 1, got {windows!r}")
-    n = len(ids) // int(ctx) if windows is None else min(int(windows), len(ids) // int(ctx))
-    return ids, n, window_bos(model)
+    return min(int(windows), available)
 
 
 def window_bos(model: Any) -> int | None:

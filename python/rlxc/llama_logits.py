@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .evaluate import (Divergence, Perplexity, _check_batch, _KLStats, _log_softmax_rows, _logit_rows,
-                       _progress_bar, _result, _token_ids, _window, _windows, log_softmax, window_bos)
+                       _progress_bar, _result, _token_ids, _window, _windows, log_softmax, window_bos,
+                       window_count)
 
 MAGIC = b"_logits_"
 #: llama-perplexity leaves base log-probabilities at or below this out of the KL sum.
@@ -153,10 +154,8 @@ def kl_divergence_file(model: Any, path: str | os.PathLike[str], *, windows: int
         raise ValueError(f"the vocabularies differ: {f.path} has {f.n_vocab} tokens, the model {model.vocab_size}")
     if f.n_ctx > model.max_seq:
         raise ValueError(f"{f.path} has windows of {f.n_ctx} tokens: more than the model's max_seq={model.max_seq}")
-    if windows is not None and (isinstance(windows, bool) or int(windows) < 1):
-        raise ValueError(f"windows must be >= 1, got {windows!r}")
+    n = window_count(windows, f.n_chunk)
     ids = _token_ids(model, f.tokens, f"the tokens of {f.path}")
-    n = f.n_chunk if windows is None else min(int(windows), f.n_chunk)
     bos, ctx, first = window_bos(model), f.n_ctx, f.n_ctx // 2
     stats = _KLStats(cutoff=KL_CUTOFF)
     bar = _progress_bar(progress, n)
