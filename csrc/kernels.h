@@ -105,6 +105,25 @@ static inline int rlxc_iq4_xs_scale(const block_iq4_xs *b, int j) {
     return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
 
+/* GGUF Q2_K: 16 sub-blocks of 16, x = d * sc[j] * q - dmin * m[j] with q = 2 bits and
+ * scales[j] = sc[j] | m[j] << 4. Element 128h + 32k + l (h < 2, k < 4, l < 32) is bits 2k,
+ * 2k + 1 of qs[32h + l]. */
+typedef struct {
+    uint8_t scales[RLXC_QK_K / 16];
+    uint8_t qs[RLXC_QK_K / 4];
+    rlxc_fp16 d, dmin;
+} block_q2_k;
+
+/* GGUF Q3_K: 16 sub-blocks of 16, x = d * (sc[j] - 32) * (q - 4) with q = 3 bits: the low 2 as
+ * in Q2_K, the third is bit 4h + k of hmask[l] for element 128h + 32k + l; sc[j] 6 bits packed
+ * into `scales` (rlxc_q3_k_scales). */
+typedef struct {
+    uint8_t hmask[RLXC_QK_K / 8];
+    uint8_t qs[RLXC_QK_K / 4];
+    uint8_t scales[12];
+    rlxc_fp16 d;
+} block_q3_k;
+
 /* GGUF Q4_K: 8 sub-blocks of 32, x = d * sc[j] * q - dmin * m[j] with q = 4 bits and 6-bit
  * sc[j], m[j] packed into `scales` (rlxc_q4_k_scales). Sub-blocks 2i and 2i+1 are the low and
  * high nibbles of qs[32i .. 32i+32). */
@@ -144,6 +163,8 @@ typedef struct {
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 must match the GGUF layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must match the GGUF layout");
 _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 must match the GGUF layout");
+_Static_assert(sizeof(block_q2_k) == 84, "block_q2_k must match the GGUF layout");
+_Static_assert(sizeof(block_q3_k) == 110, "block_q3_k must match the GGUF layout");
 _Static_assert(sizeof(block_q4_k) == 144, "block_q4_k must match the GGUF layout");
 _Static_assert(sizeof(block_q5_k) == 176, "block_q5_k must match the GGUF layout");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl must match the GGUF layout");
@@ -166,6 +187,18 @@ static inline void rlxc_q4_k_scales(uint8_t out[16], const uint8_t s[12]) {
     for (int i = 0; i < 16; i++) out[i] = (uint8_t)(o[i / 4] >> (8 * (i % 4)));
 }
 
+/* The 12 packed scale bytes of a Q3_K block -> out[j] = sc[j] - 32, -32..31. The low 4 bits of
+ * sc[j] are the low (j < 8) or high (j >= 8) nibble of byte j % 8, the top 2 are bits 2(j / 4),
+ * 2(j / 4) + 1 of byte 8 + j % 4. On 32-bit words, as rlxc_q4_k_scales. */
+static inline void rlxc_q3_k_scales(int8_t out[16], const uint8_t s[12]) {
+    uint32_t w[3], o[4];
+    for (int i = 0; i < 3; i++) w[i] = (uint32_t)s[4 * i] | (uint32_t)s[4 * i + 1] << 8 |
+                                       (uint32_t)s[4 * i + 2] << 16 | (uint32_t)s[4 * i + 3] << 24;
+    for (int i = 0; i < 4; i++)
+        o[i] = ((w[i % 2] >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((w[2] >> (2 * i)) & 0x03030303u) << 4);
+    for (int i = 0; i < 16; i++) out[i] = (int8_t)((int)(uint8_t)(o[i / 4] >> (8 * (i % 4))) - 32);
+}
+
 float rlxc_fp16_to_f32(rlxc_fp16 h);
 rlxc_fp16 rlxc_f32_to_fp16(float f); /* round to nearest even, like numpy's astype(float16) */
 float rlxc_bf16_to_f32(rlxc_bf16 h);
@@ -186,7 +219,7 @@ rlxc_bf16 rlxc_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (a
 typedef struct {
     /* The activations the products take. NULL: float rows (f32, f16, bf16 weights). Else blocks
      * of x_block values, x_block_bytes each, that quantize_x makes from a float row of K (a
-     * multiple of x_block): Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0, Q8_K for q4_k / q5_k / q6_k, bit-identical
+     * multiple of x_block): Q8_0 for q4_0 / q4_1 / q5_0 / q5_1 / q8_0, Q8_K for q2_k ... q6_k, bit-identical
      * across ISAs. This is how RLXC_ACT_Q8 multiplies the block types. */
     void (*quantize_x)(void *y, const float *x, int K);
     int x_block;
@@ -281,6 +314,8 @@ typedef struct rlxc_kernels {
                [RLXC_Q5_0] = RLXC_BLOCK_WTYPE(q5_0, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q4_1] = RLXC_BLOCK_WTYPE(q4_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q5_1] = RLXC_BLOCK_WTYPE(q5_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
+               [RLXC_Q2_K] = RLXC_BLOCK_WTYPE(q2_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
+               [RLXC_Q3_K] = RLXC_BLOCK_WTYPE(q3_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q5_K] = RLXC_BLOCK_WTYPE(q5_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
@@ -302,15 +337,15 @@ typedef struct rlxc_kernels {
 #define RLXC_DECLARE_F32(sfx) RLXC_DECLARE_MAT(f32, sfx)
 #define RLXC_DECLARE_Q(sfx) RLXC_DECLARE_MAT(q4_0, sfx) RLXC_DECLARE_MAT(q8_0, sfx)
 #define RLXC_DECLARE_WQ(sfx)                                                                                      \
-    RLXC_DECLARE_MAT(q5_0, sfx) RLXC_DECLARE_MAT(q4_1, sfx) RLXC_DECLARE_MAT(q5_1, sfx) RLXC_DECLARE_MAT(q4_k, sfx) \
-    RLXC_DECLARE_MAT(q5_k, sfx) RLXC_DECLARE_MAT(q6_k, sfx) RLXC_DECLARE_MAT(iq4_nl, sfx) RLXC_DECLARE_MAT(iq4_xs, sfx)
+    RLXC_DECLARE_MAT(q5_0, sfx) RLXC_DECLARE_MAT(q4_1, sfx) RLXC_DECLARE_MAT(q5_1, sfx) RLXC_DECLARE_MAT(q2_k, sfx) \
+    RLXC_DECLARE_MAT(q3_k, sfx) RLXC_DECLARE_MAT(q4_k, sfx) RLXC_DECLARE_MAT(q5_k, sfx) RLXC_DECLARE_MAT(q6_k, sfx) RLXC_DECLARE_MAT(iq4_nl, sfx) RLXC_DECLARE_MAT(iq4_xs, sfx)
 #define RLXC_DECLARE_HALF(sfx) RLXC_DECLARE_MAT(f16, sfx) RLXC_DECLARE_MAT(bf16, sfx)
 #define RLXC_DECLARE_XQ(sfx)                                           \
     void rlxc_quantize_row_q8_0_##sfx(void *y, const float *x, int K); \
     void rlxc_quantize_row_q8_k_##sfx(void *y, const float *x, int K);
 /* M(type, sfx) for each block type */
 #define RLXC_FOR_BLOCK_TYPES(M, sfx) \
-    M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_1, sfx) M(q5_1, sfx) M(q4_k, sfx) M(q5_k, sfx) M(q6_k, sfx) \
+    M(q4_0, sfx) M(q8_0, sfx) M(q5_0, sfx) M(q4_1, sfx) M(q5_1, sfx) M(q2_k, sfx) M(q3_k, sfx) M(q4_k, sfx) M(q5_k, sfx) M(q6_k, sfx) \
     M(iq4_nl, sfx) M(iq4_xs, sfx)
 #define RLXC_DECLARE_DQ_1(type, sfx) void rlxc_dequantize_row_##type##_##sfx(float *y, const void *w, int K);
 #define RLXC_DECLARE_FX_1(type, sfx) \

@@ -95,13 +95,15 @@ RLXC_INLINE void rlxc_matmul_x16_by_token(void (*matvec_x16)(float *, const void
         }                                                                       \
     }
 
-/* The five of an ISA, from its dequantizers (suffix dq) and f32 matvec (suffix f32). */
+/* Every block type's of an ISA, from its dequantizers (suffix dq) and f32 matvec (suffix f32). */
 #define RLXC_DEFINE_MATVECS_FX(sfx, dq, f32)                                                                        \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_0_##sfx, block_q4_0, RLXC_QK, rlxc_dequantize_row_q4_0_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q8_0_##sfx, block_q8_0, RLXC_QK, rlxc_dequantize_row_q8_0_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_0_##sfx, block_q5_0, RLXC_QK, rlxc_dequantize_row_q5_0_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_1_##sfx, block_q4_1, RLXC_QK, rlxc_dequantize_row_q4_1_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_1_##sfx, block_q5_1, RLXC_QK, rlxc_dequantize_row_q5_1_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q2_k_##sfx, block_q2_k, RLXC_QK_K, rlxc_dequantize_row_q2_k_##dq, rlxc_matvec_f32_##f32) \
+    RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q3_k_##sfx, block_q3_k, RLXC_QK_K, rlxc_dequantize_row_q3_k_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_k_##sfx, block_q4_k, RLXC_QK_K, rlxc_dequantize_row_q4_k_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_k_##sfx, block_q5_k, RLXC_QK_K, rlxc_dequantize_row_q5_k_##dq, rlxc_matvec_f32_##f32) \
     RLXC_DEFINE_MATVEC_FX(rlxc_matvec_fx_q6_k_##sfx, block_q6_k, RLXC_QK_K, rlxc_dequantize_row_q6_k_##dq, rlxc_matvec_f32_##f32) \

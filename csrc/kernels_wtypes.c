@@ -1,5 +1,5 @@
 /* Scalar reference kernels of the GGUF weight types beyond Q4_0/Q8_0: F16, BF16, Q5_0, Q4_1,
- * Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, and ggml's Q8_K activation blocks. Compiled like kernels_ref.c (-ffp-contract=off), so
  * the dequantizers round exactly like gguf.quants.dequantize (NumPy float32, one rounding per
  * operation). Each block type is first unpacked to its integer quants; the dequantizers scale
  * those, and the dot products multiply them with the activations' quants exactly in integers,
@@ -30,6 +30,23 @@ static void unpack_q5_0(int8_t q[RLXC_QK], const block_q5_0 *b) {
     uint8_t u[RLXC_QK];
     unpack_5bit(u, b->qh, b->qs);
     for (int j = 0; j < RLXC_QK; j++) q[j] = (int8_t)(u[j] - 16);
+}
+
+/* 0..3, in element order (layout in kernels.h) */
+static void unpack_q2_k(uint8_t q[RLXC_QK_K], const block_q2_k *b) {
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) q[128 * h + 32 * k + l] = (b->qs[32 * h + l] >> (2 * k)) & 3;
+}
+
+/* -4..3, in element order: Q2_K's two bits, less 4 where the hmask bit is clear */
+static void unpack_q3_k(int8_t q[RLXC_QK_K], const block_q3_k *b) {
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const int lo = (b->qs[32 * h + l] >> (2 * k)) & 3, hi = (b->hmask[l] >> (4 * h + k)) & 1;
+                q[128 * h + 32 * k + l] = (int8_t)(lo - 4 + 4 * hi);
+            }
 }
 
 /* 0..15, in element order */
@@ -99,6 +116,34 @@ void rlxc_dequantize_row_q5_1_scalar(float *y, const void *vx, int K) {
         const float d = rlxc_fp16_to_f32(x[b].d), m = rlxc_fp16_to_f32(x[b].m);
         unpack_5bit(q, x[b].qh, x[b].qs);
         for (int j = 0; j < RLXC_QK; j++) y[j] = d * (float)q[j] + m;
+    }
+}
+
+/* Sub-block j of 16: d * sc[j] first, then times q, less dmin * m[j] (gguf's order) */
+void rlxc_dequantize_row_q2_k_scalar(float *y, const void *vx, int K) {
+    const block_q2_k *x = vx;
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_fp16_to_f32(x[b].d), dmin = rlxc_fp16_to_f32(x[b].dmin);
+        unpack_q2_k(q, &x[b]);
+        for (int j = 0; j < 16; j++) {
+            const float dj = d * (float)(x[b].scales[j] & 0x0f), mj = dmin * (float)(x[b].scales[j] >> 4);
+            for (int l = 0; l < 16; l++, y++) *y = dj * (float)q[16 * j + l] - mj;
+        }
+    }
+}
+
+void rlxc_dequantize_row_q3_k_scalar(float *y, const void *vx, int K) {
+    const block_q3_k *x = vx;
+    int8_t q[RLXC_QK_K], sc[16];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_fp16_to_f32(x[b].d);
+        unpack_q3_k(q, &x[b]);
+        rlxc_q3_k_scales(sc, x[b].scales);
+        for (int j = 0; j < 16; j++) {
+            const float dj = d * (float)sc[j];
+            for (int l = 0; l < 16; l++, y++) *y = dj * (float)q[16 * j + l];
+        }
     }
 }
 
@@ -315,6 +360,43 @@ static float dot_k_min(const uint8_t q[RLXC_QK_K], rlxc_fp16 d, rlxc_fp16 dmin, 
     return rlxc_fp16_to_f32(d) * x->d * (float)sumi - rlxc_fp16_to_f32(dmin) * x->d * (float)summ;
 }
 
+/* Per super-block: sum_j sc[j] * (q . x over sub-block j of 16) and sum_j m[j] * bsums[j],
+ * both exact integers, scaled as dot_k_min. */
+static float dot_q2_k(const block_q2_k *w, const block_q8_k *x, int nb) {
+    float s = 0.0f;
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < nb; b++) {
+        unpack_q2_k(q, &w[b]);
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 16; j++) {
+            int dot = 0;
+            for (int l = 0; l < 16; l++) dot += q[16 * j + l] * x[b].qs[16 * j + l];
+            sumi += (w[b].scales[j] & 0x0f) * dot;
+            summ += (w[b].scales[j] >> 4) * x[b].bsums[j];
+        }
+        s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi - rlxc_fp16_to_f32(w[b].dmin) * x[b].d * (float)summ;
+    }
+    return s;
+}
+
+/* Per super-block: sum_j sc[j] * (q . x over sub-block j of 16), exact in int32, as Q6_K. */
+static float dot_q3_k(const block_q3_k *w, const block_q8_k *x, int nb) {
+    float s = 0.0f;
+    int8_t q[RLXC_QK_K], sc[16];
+    for (int b = 0; b < nb; b++) {
+        unpack_q3_k(q, &w[b]);
+        rlxc_q3_k_scales(sc, w[b].scales);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int dot = 0;
+            for (int l = 0; l < 16; l++) dot += q[16 * j + l] * x[b].qs[16 * j + l];
+            sumi += sc[j] * dot;
+        }
+        s += rlxc_fp16_to_f32(w[b].d) * x[b].d * (float)sumi;
+    }
+    return s;
+}
+
 static float dot_q4_k(const block_q4_k *w, const block_q8_k *x, int nb) {
     float s = 0.0f;
     uint8_t q[RLXC_QK_K];
@@ -396,6 +478,8 @@ static float dot_bf16(const rlxc_bf16 *w, const float *x, int K) {
 RLXC_DEFINE_SCALAR_MAT(q5_0, block_q5_0, block_q8_0, RLXC_QK)
 RLXC_DEFINE_SCALAR_MAT(q4_1, block_q4_1, block_q8_0, RLXC_QK)
 RLXC_DEFINE_SCALAR_MAT(q5_1, block_q5_1, block_q8_0, RLXC_QK)
+RLXC_DEFINE_SCALAR_MAT(q2_k, block_q2_k, block_q8_k, RLXC_QK_K)
+RLXC_DEFINE_SCALAR_MAT(q3_k, block_q3_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(q4_k, block_q4_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(q5_k, block_q5_k, block_q8_k, RLXC_QK_K)
 RLXC_DEFINE_SCALAR_MAT(q6_k, block_q6_k, block_q8_k, RLXC_QK_K)

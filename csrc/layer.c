@@ -142,6 +142,8 @@ const rlxc_wtype_info rlxc_wtypes[] = {
     {RLXC_Q5_0, "q5_0", RLXC_QK, sizeof(block_q5_0), 0},
     {RLXC_Q5_1, "q5_1", RLXC_QK, sizeof(block_q5_1), 1},
     {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0), 1},
+    {RLXC_Q2_K, "q2_k", RLXC_QK_K, sizeof(block_q2_k), 0},
+    {RLXC_Q3_K, "q3_k", RLXC_QK_K, sizeof(block_q3_k), 0},
     {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k), 0},
     {RLXC_Q5_K, "q5_k", RLXC_QK_K, sizeof(block_q5_k), 0},
     {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k), 0},
@@ -200,6 +202,8 @@ void rlxc_dequantize_row(rlxc_wtype t, float *y, const void *x, int K) {
     case RLXC_Q5_0: rlxc_dequantize_row_q5_0_scalar(y, x, K); break;
     case RLXC_Q5_1: rlxc_dequantize_row_q5_1_scalar(y, x, K); break;
     case RLXC_Q8_0: rlxc_dequantize_row_q8_0_scalar(y, x, K); break;
+    case RLXC_Q2_K: rlxc_dequantize_row_q2_k_scalar(y, x, K); break;
+    case RLXC_Q3_K: rlxc_dequantize_row_q3_k_scalar(y, x, K); break;
     case RLXC_Q4_K: rlxc_dequantize_row_q4_k_scalar(y, x, K); break;
     case RLXC_Q5_K: rlxc_dequantize_row_q5_k_scalar(y, x, K); break;
     case RLXC_Q6_K: rlxc_dequantize_row_q6_k_scalar(y, x, K); break;

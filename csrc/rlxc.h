@@ -17,7 +17,7 @@ typedef enum { RLXC_SILU = 0, RLXC_GELU_TANH = 1 } rlxc_activation;
 typedef enum { RLXC_ROPE_PREFIX = 0, RLXC_ROPE_PROPORTIONAL = 1 } rlxc_rope_layout;
 /* Values are ggml's type ids, so GGUF tensors map without a table. */
 typedef enum {
-    RLXC_F32 = 0, RLXC_F16 = 1, RLXC_Q4_0 = 2, RLXC_Q4_1 = 3, RLXC_Q5_0 = 6, RLXC_Q5_1 = 7, RLXC_Q8_0 = 8, RLXC_Q4_K = 12, RLXC_Q5_K = 13, RLXC_Q6_K = 14, RLXC_IQ4_NL = 20, RLXC_IQ4_XS = 23,
+    RLXC_F32 = 0, RLXC_F16 = 1, RLXC_Q4_0 = 2, RLXC_Q4_1 = 3, RLXC_Q5_0 = 6, RLXC_Q5_1 = 7, RLXC_Q8_0 = 8, RLXC_Q2_K = 10, RLXC_Q3_K = 11, RLXC_Q4_K = 12, RLXC_Q5_K = 13, RLXC_Q6_K = 14, RLXC_IQ4_NL = 20, RLXC_IQ4_XS = 23,
     RLXC_BF16 = 30
 } rlxc_wtype;
 

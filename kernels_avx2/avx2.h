@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "../csrc/kernels_simd.h"
 
@@ -94,15 +95,34 @@ RLXC_INLINE __m128i rlxc_q8_k_sums32(const block_q8_k *x) {
     return _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)x->bsums), _mm_loadu_si128((const __m128i *)(x->bsums + 8)));
 }
 
-/* A Q6_K block's 16 scales as int16. */
-RLXC_INLINE __m256i rlxc_q6_k_scales16(const block_q6_k *b) {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+/* The 16 scales of a block with sub-blocks of 16 (Q2_K, Q3_K, Q6_K), as int8. */
+RLXC_INLINE __m128i rlxc_q6_k_scales8(const block_q6_k *b) { return _mm_loadu_si128((const __m128i *)b->scales); }
+/* rlxc_q3_k_scales (kernels.h) on one register: sc[j] - 32 */
+RLXC_INLINE __m128i rlxc_q3_k_scales8(const block_q3_k *b) {
+    uint32_t w[3];
+    memcpy(w, b->scales, sizeof w);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_setr_epi32((int)w[0], (int)w[1], (int)w[0], (int)w[1]),
+                                                    _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)w[2]), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
+}
+RLXC_INLINE __m128i rlxc_q2_k_scales8(const block_q2_k *b) {
+    return _mm_and_si128(_mm_loadu_si128((const __m128i *)b->scales), _mm_set1_epi8(0x0F));
+}
+RLXC_INLINE __m128i rlxc_q2_k_mins8(const block_q2_k *b) {
+    return _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)b->scales), 4), _mm_set1_epi8(0x0F));
 }
 
-/* The -32 offset of the Q6_K quants against a Q8_K block: 32 * sum_j sc[j] * bsums[j] as 8 int32
- * partial sums, from the scales as int16 (32 * sc still fits: |sc| <= 128). */
-RLXC_INLINE __m256i rlxc_q6_k_offset_sums(__m256i sc16, const block_q8_k *x) {
-    return _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), _mm256_loadu_si256((const __m256i *)x->bsums));
+/* The unsigned offset 2^shift of quants with sub-blocks of 16 (Q3_K: 4, Q6_K: 32) against a
+ * Q8_K block: 2^shift * sum_j sc[j] * bsums[j] as 8 int32 partial sums, from the int8 scales
+ * (2^shift * sc still fits int16). */
+RLXC_INLINE __m256i rlxc_k16_offset_sums(__m128i sc8, const block_q8_k *x, const int shift) {
+    return _mm256_madd_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), shift), _mm256_loadu_si256((const __m256i *)x->bsums));
+}
+
+/* The Q2_K mins against a Q8_K block: sum_j m[j] * bsums[j] as 8 int32 partial sums. */
+RLXC_INLINE __m256i rlxc_q2_k_min_sums(const block_q2_k *b, const block_q8_k *x) {
+    return _mm256_madd_epi16(_mm256_cvtepu8_epi16(rlxc_q2_k_mins8(b)), _mm256_loadu_si256((const __m256i *)x->bsums));
 }
 
 RLXC_DECLARE_KERNELS(avx2)

@@ -1,11 +1,11 @@
 /* AVX2 kernels of the GGUF weight types beyond Q4_0/Q8_0 (scalar twins in
  * csrc/kernels_wtypes.c): Q5_0 / Q4_1 / Q5_1 x Q8_0 (the latter two add min * sum(x) per block),
- * Q5_K (Q4_K with a fifth bit) x Q8_K, Q4_K x Q8_K and Q6_K x Q8_K integer dots, F16 / BF16 x
+ * Q5_K (Q4_K with a fifth bit) x Q8_K, Q4_K x Q8_K and Q2_K / Q3_K / Q6_K x Q8_K integer dots, F16 / BF16 x
  * float, and the dequantizers of every block type. The integer dots multiply unsigned weight
  * quants by signed activations with maddubs and correct for the unsigned offset afterwards,
- * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K
- * 32 * sum_j sc[j] * sum(x over sub-block j) per super-block from Q8_K's sums of 16 (bsums), and
- * Q4_K's mins use the same sums. Matvec tiles prefetch the next tile's rows as quant.c explains. */
+ * once per token where possible: Q5_0 subtracts 16 * sum(x) per block, Q6_K (Q3_K)
+ * 32 (4) * sum_j sc[j] * sum(x over sub-block j) per super-block from Q8_K's sums of 16 (bsums),
+ * and Q4_K's and Q2_K's mins use the same sums. Matvec tiles prefetch the next tile's rows as quant.c explains. */
 #include <string.h>
 
 #include "../csrc/kernels_ref.h"
@@ -123,10 +123,22 @@ RLXC_INLINE void q5_k_quants64(const block_q5_k *b, const int i, __m256i *lo, __
 DEFINE_K_MIN_TILE(q4_k_tile, block_q4_k, q4_k_quants64)
 DEFINE_K_MIN_TILE(q5_k_tile, block_q5_k, q5_k_quants64)
 
-/* ---- Q6_K ---- */
+/* ---- Q2_K, Q3_K, Q6_K: 16 sub-blocks of 16 ---- */
 
-/* Quants 32v .. 32v+32 of a block (v = 4h + k), unsigned 0..63 (the -32 is applied through
- * bsums): low 4 bits from ql, the top 2 from bits 2k, 2k+1 of qh (layout in kernels.h). */
+/* Quants 32v .. 32v+32 of a block, unsigned (Q3_K's -4 and Q6_K's -32 come back through
+ * bsums). Q2_K / Q3_K (v = 4h + k): bits 2k, 2k+1 of qs[32h ..], Q3_K's third bit (4) from bit
+ * v of hmask[l]; Q6_K: the low 4 bits from ql, the top 2 from bits 2k, 2k+1 of qh (layouts in
+ * kernels.h). */
+RLXC_INLINE __m256i k_2bit(const uint8_t *qs, const int v) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (v / 4)));
+    return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (v % 4)), _mm256_set1_epi8(3));
+}
+RLXC_INLINE __m256i q2_k_quants(const block_q2_k *b, const int v) { return k_2bit(b->qs, v); }
+RLXC_INLINE __m256i q3_k_quants(const block_q3_k *b, const int v) {
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask), bit = _mm256_set1_epi8((char)(1 << v));
+    return _mm256_or_si256(k_2bit(b->qs, v), _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit),
+                                                            _mm256_set1_epi8(4)));
+}
 RLXC_INLINE __m256i q6_k_quants(const block_q6_k *b, const int v) {
     const int h = v / 4, k = v % 4;
     __m256i lo = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
@@ -136,51 +148,58 @@ RLXC_INLINE __m256i q6_k_quants(const block_q6_k *b, const int v) {
     return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
 }
 
-/* The 16 scales as int16, the even ones in the low lane and the odd ones in the high: quants
- * 32v .. 32v+32 (sub-blocks 2v, 2v+1, one per lane) then take word v of each lane. */
-RLXC_INLINE __m256i q6_k_scales_split(const block_q6_k *b) {
-    const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)b->scales), even_odd));
+/* A super-block's int32 sums -> the float accumulator: Q3_K / Q6_K take off their offset
+ * first (exact in int32) and scale by d; Q2_K subtracts its mins at dmin. */
+RLXC_INLINE __m256 q2_k_finish(__m256 acc, __m256i sumi, const block_q2_k *w, const block_q8_k *x) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(rlxc_h2f(w->d) * x->d), acc);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(rlxc_q2_k_min_sums(w, x)), _mm256_set1_ps(rlxc_h2f(w->dmin) * x->d), acc);
 }
+#define DEFINE_K16_OFFSET_FINISH(type, shift)                                                                     \
+    RLXC_INLINE __m256 type##_finish(__m256 acc, __m256i sumi, const block_##type *w, const block_q8_k *x) {       \
+        const __m256i bias = rlxc_k16_offset_sums(rlxc_##type##_scales8(w), x, shift);                            \
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, bias)), _mm256_set1_ps(rlxc_h2f(w->d) * x->d), \
+                               acc);                                                                              \
+    }
+DEFINE_K16_OFFSET_FINISH(q3_k, 2)
+DEFINE_K16_OFFSET_FINISH(q6_k, 5)
 
 /* Per super-block: sum_j sc[j] * (q . x)_j over 16 sub-blocks of 16 (maddubs pairs within
- * 2 * 63 * 128, the madd by the signed scales widens them), minus 32 * sum_j sc[j] * bsums[j],
- * all exact in int32. */
-RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q8_k *x, int nb, const int R,
-                           const int C) {
-    __m256 acc[TILE_MAX][TILE_MAX];
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q6_k));
-        __m256i sumi[TILE_MAX][TILE_MAX], sc[TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            sc[r] = q6_k_scales_split(w + (size_t)r * nb + b);
-            RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();
-        }
-        RLXC_UNROLL for (int v = 0; v < RLXC_QK_K / 32; v++)
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m256i q = q6_k_quants(w + (size_t)r * nb + b, v);
-                const __m256i s = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(v)));
-                RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].qs + 32 * v));
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(s, _mm256_maddubs_epi16(q, xq)));
-                }
-            }
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const block_q6_k *wb = w + (size_t)r * nb + b;
-            const __m256i sc16 = rlxc_q6_k_scales16(wb);
-            RLXC_UNROLL for (int t = 0; t < C; t++) {
-                const block_q8_k *xb = x + (size_t)t * nb + b;
-                const __m256i bias = rlxc_q6_k_offset_sums(sc16, xb);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r][t], bias)),
-                                            _mm256_set1_ps(rlxc_h2f(wb->d) * xb->d), acc[r][t]);
-            }
-        }
+ * 2 * 63 * 128, the madd by the int16 scales widens them), exact in int32; then type_finish.
+ * The scales sit as int16 with the even ones in the low lane and the odd ones in the high:
+ * quants 32v .. 32v+32 (sub-blocks 2v, 2v+1, one per lane) take word v of each lane. */
+#define DEFINE_K16_TILE(type)                                                                                             \
+    RLXC_INLINE void type##_tile(float *y, int ldy, const block_##type *w, const block_q8_k *x, int nb, const int R,        \
+                                 const int C) {                                                                           \
+        const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);                      \
+        __m256 acc[TILE_MAX][TILE_MAX];                                                                                   \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                           \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm256_setzero_ps();                                      \
+        for (int b = 0; b < nb; b++) {                                                                                    \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_##type));                                 \
+            __m256i sumi[TILE_MAX][TILE_MAX], sc[TILE_MAX];                                                               \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                     \
+                sc[r] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(rlxc_##type##_scales8(w + (size_t)r * nb + b), even_odd));  \
+                RLXC_UNROLL for (int t = 0; t < C; t++) sumi[r][t] = _mm256_setzero_si256();                              \
+            }                                                                                                             \
+            RLXC_UNROLL for (int v = 0; v < RLXC_QK_K / 32; v++)                                                          \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                 \
+                    const __m256i q = type##_quants(w + (size_t)r * nb + b, v);                                           \
+                    const __m256i s = _mm256_shuffle_epi8(sc[r], _mm256_set1_epi16(RLXC_PICK_WORD(v)));                   \
+                    RLXC_UNROLL for (int t = 0; t < C; t++) {                                                             \
+                        const __m256i xq = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].qs + 32 * v));      \
+                        sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(s, _mm256_maddubs_epi16(q, xq)));     \
+                    }                                                                                                     \
+                }                                                                                                         \
+            RLXC_UNROLL for (int r = 0; r < R; r++)                                                                       \
+                RLXC_UNROLL for (int t = 0; t < C; t++)                                                                   \
+                    acc[r][t] = type##_finish(acc[r][t], sumi[r][t], w + (size_t)r * nb + b, x + (size_t)t * nb + b);     \
+        }                                                                                                                 \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                           \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);                     \
     }
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = rlxc_hsum256(acc[r][t]);
-}
+DEFINE_K16_TILE(q2_k)
+DEFINE_K16_TILE(q3_k)
+DEFINE_K16_TILE(q6_k)
 
 /* ---- Q8_K activations: bit-identical with rlxc_quantize_row_q8_k ---- */
 
@@ -270,6 +289,8 @@ RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx2, block_q4_1, q4_1_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx2, block_q5_1, q5_1_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_iq4_nl_avx2, block_iq4_nl, iq4_nl_tile, 4, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_iq4_xs_avx2, block_iq4_xs, block_q8_k, RLXC_QK_K, iq4_xs_tile, 2, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q2_k_avx2, block_q2_k, block_q8_k, RLXC_QK_K, q2_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q3_k_avx2, block_q3_k, block_q8_k, RLXC_QK_K, q3_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_avx2, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
@@ -280,6 +301,8 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_q4_1_avx2, rlxc_matmul_q4_1_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_1_avx2, rlxc_matmul_q5_1_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_nl_avx2, rlxc_matmul_iq4_nl_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_xs_avx2, rlxc_matmul_iq4_xs_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q2_k_avx2, rlxc_matmul_q2_k_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q3_k_avx2, rlxc_matmul_q3_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_k_avx2, rlxc_matmul_q5_k_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2)
@@ -288,18 +311,22 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2)
 
 /* ---- dequantization (the f32-activation path), bit-exact with the scalar twins ---- */
 
-/* y[0..32) = d * (q - offset) - m for 32 unsigned quants in element order, d_lo for the first
- * 16 and d_hi for the rest (Q6_K's sub-blocks of 16), m = 0 but for Q4_K's mins: the product
- * rounded, then the difference, as in the scalar twins (x - 0 is exact). */
-RLXC_INLINE void store_scaled32(float *y, __m256i q, int offset, __m256 d_lo, __m256 d_hi, __m256 m) {
-    const __m128i half[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
-    RLXC_UNROLL for (int j = 0; j < 4; j++) {
-        const __m128i bytes = j & 1 ? _mm_srli_si128(half[j / 2], 8) : half[j / 2];
+/* y[0..16) = d * (q - offset) - m for 16 unsigned quants in element order, m = 0 but for the
+ * types with mins: the product rounded, then the difference, as in the scalar twins (x - 0 is
+ * exact). */
+RLXC_INLINE void store_scaled16(float *y, __m128i q, int offset, __m256 d, __m256 m) {
+    RLXC_UNROLL for (int j = 0; j < 2; j++) {
+        const __m128i bytes = j ? _mm_srli_si128(q, 8) : q;
         const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(offset));
-        __m256 p = _mm256_mul_ps(j < 2 ? d_lo : d_hi, _mm256_cvtepi32_ps(v));
+        __m256 p = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
         RLXC_NO_CONTRACT(p);
         _mm256_storeu_ps(y + 8 * j, _mm256_sub_ps(p, m));
     }
+}
+/* The same for 32 quants, d_lo for the first 16 and d_hi for the rest (sub-blocks of 16). */
+RLXC_INLINE void store_scaled32(float *y, __m256i q, int offset, __m256 d_lo, __m256 d_hi, __m256 m) {
+    store_scaled16(y, _mm256_castsi256_si128(q), offset, d_lo, m);
+    store_scaled16(y + 16, _mm256_extracti128_si256(q, 1), offset, d_hi, m);
 }
 
 void rlxc_dequantize_row_q4_0_avx2(float *y, const void *vx, int K) {
@@ -377,6 +404,33 @@ void rlxc_dequantize_row_iq4_xs_avx2(float *y, const void *vx, int K) {
             const __m256 dl = _mm256_set1_ps(d * (float)rlxc_iq4_xs_scale(&x[b], j));
             store_scaled32(y, iq4_levels_biased(x[b].qs + 16 * j), 128, dl, dl, _mm256_setzero_ps());
         }
+    }
+}
+
+void rlxc_dequantize_row_q2_k_avx2(float *y, const void *vx, int K) {
+    const block_q2_k *x = vx;
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_h2f(x[b].d), dmin = rlxc_h2f(x[b].dmin);
+        for (int v = 0; v < 8; v++) {
+            const __m256i q = q2_k_quants(&x[b], v);
+            for (int i = 0; i < 2; i++, y += 16) {
+                const int sc = x[b].scales[2 * v + i];
+                store_scaled16(y, i ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q), 0,
+                               _mm256_set1_ps(d * (float)(sc & 0x0F)), _mm256_set1_ps(dmin * (float)(sc >> 4)));
+            }
+        }
+    }
+}
+
+void rlxc_dequantize_row_q3_k_avx2(float *y, const void *vx, int K) {
+    const block_q3_k *x = vx;
+    int8_t sc[16];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_h2f(x[b].d);
+        rlxc_q3_k_scales(sc, x[b].scales);
+        for (int v = 0; v < 8; v++, y += 32)
+            store_scaled32(y, q3_k_quants(&x[b], v), 4, _mm256_set1_ps(d * (float)sc[2 * v]),
+                           _mm256_set1_ps(d * (float)sc[2 * v + 1]), _mm256_setzero_ps());
     }
 }
 

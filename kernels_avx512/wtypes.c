@@ -1,4 +1,4 @@
-/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K dots of kernels_avx2/wtypes.c: the
+/* AVX-512 (BW, VNNI) versions of the Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K dots of kernels_avx2/wtypes.c: the
  * same arithmetic with fewer instructions, which is what these compute-bound kernels need.
  * Q4_K and Q6_K take 64 quants per register and fold the scale into the widening step
  * (vpdpwssd: int16 pairs times the int16 scale, accumulated in int32); Q5_0 sets its fifth
@@ -119,11 +119,27 @@ RLXC_INLINE __m512i q5_k_quants(const block_q5_k *b, const int i) {
 DEFINE_K_MIN_TILE(q4_k_tile, block_q4_k, q4_k_quants)
 DEFINE_K_MIN_TILE(q5_k_tile, block_q5_k, q5_k_quants)
 
-/* ---- Q6_K ---- */
+/* ---- Q2_K, Q3_K, Q6_K: 16 sub-blocks of 16 ---- */
 
-/* Quants 64u .. 64u+64 (u = 2h + n), unsigned 0..63: the low (n = 0) or high (n = 1) nibbles
- * of ql[64h .. 64h+64], and from qh[32h .. 32h+32] bit pairs 2n (low 256 bits: elements k = 2n)
- * and 2n + 1 (high: k = 2n + 1), moved to bits 4, 5 (layout in kernels.h). */
+/* Quants 64u .. 64u+64, unsigned. Q2_K / Q3_K: sub-blocks v = 2u (low 256 bits) and 2u + 1 (high)
+ * are bit pairs 2k, 2k + 2 (k = 2(u % 2)) of qs[32h ..] (h = u / 2); Q3_K adds 4 where hmask[l] has
+ * bit v. Q6_K (u = 2h + n): the low (n = 0) or high (n = 1) nibbles of ql[64h .. 64h+64], and from
+ * qh[32h .. 32h+32] bit pairs 2n (low 256 bits: elements k = 2n) and 2n + 1 (high: k = 2n + 1),
+ * moved to bits 4, 5 (layouts in kernels.h). */
+RLXC_INLINE __m512i k_2bit(const uint8_t *qs, const int u) {
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (u / 2))));
+    const __m512i shift = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi16((short)(4 * (u % 2))),
+                                                  _mm512_set1_epi16((short)(4 * (u % 2) + 2)));
+    return _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+}
+RLXC_INLINE __m512i q2_k_quants(const block_q2_k *b, const int u) { return k_2bit(b->qs, u); }
+RLXC_INLINE __m512i q3_k_quants(const block_q3_k *b, const int u) {
+    const __m512i q = k_2bit(b->qs, u);
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->hmask));
+    const __m512i bit = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8((char)(1 << (2 * u))),
+                                                _mm512_set1_epi8((char)(1 << (2 * u + 1))));
+    return _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, bit), q, _mm512_set1_epi8(4));
+}
 RLXC_INLINE __m512i q6_k_quants(const block_q6_k *b, const int u) {
     const int h = u / 2, n = u % 2;
     __m512i lo = _mm512_loadu_si512(b->ql + 64 * h);
@@ -135,52 +151,82 @@ RLXC_INLINE __m512i q6_k_quants(const block_q6_k *b, const int u) {
     return _mm512_ternarylogic_epi32(hi, _mm512_set1_epi8(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
 }
 
-/* Per super-block: 32 * sum_j sc[j] * bsums[j] is subtracted first (the initial accumulator),
- * then each 64 quants add sc[j] * (q . x)_j for their four sub-blocks of 16 (maddubs pairs
- * within 2 * 63 * 128, widened by vpdpwssd with the signed scales). */
-RLXC_INLINE void q6_k_tile(float *y, int ldy, const block_q6_k *w, const block_q8_k *x, int nb, const int R,
-                           const int C) {
-    __m512 acc[TILE_MAX][TILE_MAX];
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_q6_k));
-        __m512i sc[TILE_MAX]; /* the 16 scales as int16 in the low 256 bits */
-        __m512i sumi[TILE_MAX][TILE_MAX];
-        RLXC_UNROLL for (int r = 0; r < R; r++) {
-            const __m256i s16 = rlxc_q6_k_scales16(&w[(size_t)r * nb + b]);
-            sc[r] = _mm512_castsi256_si512(s16);
-            RLXC_UNROLL for (int t = 0; t < C; t++) {
-                const __m256i bias = rlxc_q6_k_offset_sums(s16, &x[(size_t)t * nb + b]);
-                sumi[r][t] = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), bias));
-            }
-        }
-        RLXC_UNROLL for (int u = 0; u < RLXC_QK_K / 64; u++) {
-            /* sub-block 4u + l's scale in 128-bit lane l */
-            const __m512i pick = _mm512_setr_epi64(0x0001000100010001ll * (4 * u), 0x0001000100010001ll * (4 * u),
-                                                   0x0001000100010001ll * (4 * u + 1), 0x0001000100010001ll * (4 * u + 1),
-                                                   0x0001000100010001ll * (4 * u + 2), 0x0001000100010001ll * (4 * u + 2),
-                                                   0x0001000100010001ll * (4 * u + 3), 0x0001000100010001ll * (4 * u + 3));
-            RLXC_UNROLL for (int r = 0; r < R; r++) {
-                const __m512i q = q6_k_quants(w + (size_t)r * nb + b, u), s = _mm512_permutexvar_epi16(pick, sc[r]);
-                RLXC_UNROLL for (int t = 0; t < C; t++) {
-                    const __m512i xq = _mm512_loadu_si512(x[(size_t)t * nb + b].qs + 64 * u);
-                    sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);
-                }
-            }
-        }
-        RLXC_UNROLL for (int r = 0; r < R; r++)
-            RLXC_UNROLL for (int t = 0; t < C; t++)
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r][t]),
-                                            _mm512_set1_ps(rlxc_h2f(w[(size_t)r * nb + b].d) * x[(size_t)t * nb + b].d), acc[r][t]);
-    }
-    RLXC_UNROLL for (int r = 0; r < R; r++)
-        RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+/* The int32 accumulator a super-block starts from: minus Q3_K's / Q6_K's unsigned offset
+ * (rlxc_k16_offset_sums), 0 for Q2_K, whose mins come in at the end at dmin. */
+RLXC_INLINE __m512i q2_k_start(const block_q2_k *w, const block_q8_k *x) {
+    (void)w, (void)x;
+    return _mm512_setzero_si512();
 }
+RLXC_INLINE __m512i q3_k_start(const block_q3_k *w, const block_q8_k *x) {
+    return _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), rlxc_k16_offset_sums(rlxc_q3_k_scales8(w), x, 2)));
+}
+RLXC_INLINE __m512i q6_k_start(const block_q6_k *w, const block_q8_k *x) {
+    return _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), rlxc_k16_offset_sums(rlxc_q6_k_scales8(w), x, 5)));
+}
+RLXC_INLINE __m512 d_finish(__m512 acc, __m512i sumi, rlxc_fp16 d, const block_q8_k *x) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(rlxc_h2f(d) * x->d), acc);
+}
+RLXC_INLINE __m512 q2_k_finish(__m512 acc, __m512i sumi, const block_q2_k *w, const block_q8_k *x) {
+    acc = d_finish(acc, sumi, w->d, x);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(rlxc_q2_k_min_sums(w, x))),
+                            _mm512_set1_ps(rlxc_h2f(w->dmin) * x->d), acc);
+}
+RLXC_INLINE __m512 q3_k_finish(__m512 acc, __m512i sumi, const block_q3_k *w, const block_q8_k *x) {
+    return d_finish(acc, sumi, w->d, x);
+}
+RLXC_INLINE __m512 q6_k_finish(__m512 acc, __m512i sumi, const block_q6_k *w, const block_q8_k *x) {
+    return d_finish(acc, sumi, w->d, x);
+}
+
+/* Per super-block, from type_start: each 64 quants add sc[j] * (q . x)_j for their four
+ * sub-blocks of 16 (maddubs pairs within 2 * 63 * 128, widened by vpdpwssd with the signed
+ * scales), exact in int32; then type_finish. */
+#define DEFINE_K16_TILE(type)                                                                                          \
+    RLXC_INLINE void type##_tile(float *y, int ldy, const block_##type *w, const block_q8_k *x, int nb, const int R,     \
+                                 const int C) {                                                                        \
+        __m512 acc[TILE_MAX][TILE_MAX];                                                                                \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                        \
+            RLXC_UNROLL for (int t = 0; t < C; t++) acc[r][t] = _mm512_setzero_ps();                                   \
+        for (int b = 0; b < nb; b++) {                                                                                 \
+            if (C == 1) rlxc_prefetch(w + (size_t)R * (nb + b), R * sizeof(block_##type));                              \
+            __m512i sc[TILE_MAX]; /* the 16 scales as int16 in the low 256 bits */                                     \
+            __m512i sumi[TILE_MAX][TILE_MAX];                                                                          \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                  \
+                sc[r] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(rlxc_##type##_scales8(&w[(size_t)r * nb + b])));   \
+                RLXC_UNROLL for (int t = 0; t < C; t++)                                                                \
+                    sumi[r][t] = type##_start(&w[(size_t)r * nb + b], &x[(size_t)t * nb + b]);                         \
+            }                                                                                                          \
+            RLXC_UNROLL for (int u = 0; u < RLXC_QK_K / 64; u++) {                                                     \
+                /* sub-block 4u + l's scale in 128-bit lane l */                                                       \
+                const __m512i pick = _mm512_setr_epi64(                                                                \
+                    0x0001000100010001ll * (4 * u), 0x0001000100010001ll * (4 * u), 0x0001000100010001ll * (4 * u + 1), \
+                    0x0001000100010001ll * (4 * u + 1), 0x0001000100010001ll * (4 * u + 2),                            \
+                    0x0001000100010001ll * (4 * u + 2), 0x0001000100010001ll * (4 * u + 3),                            \
+                    0x0001000100010001ll * (4 * u + 3));                                                               \
+                RLXC_UNROLL for (int r = 0; r < R; r++) {                                                              \
+                    const __m512i q = type##_quants(w + (size_t)r * nb + b, u), s = _mm512_permutexvar_epi16(pick, sc[r]); \
+                    RLXC_UNROLL for (int t = 0; t < C; t++) {                                                          \
+                        const __m512i xq = _mm512_loadu_si512(x[(size_t)t * nb + b].qs + 64 * u);                      \
+                        sumi[r][t] = _mm512_dpwssd_epi32(sumi[r][t], _mm512_maddubs_epi16(q, xq), s);                  \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+            RLXC_UNROLL for (int r = 0; r < R; r++)                                                                    \
+                RLXC_UNROLL for (int t = 0; t < C; t++)                                                                \
+                    acc[r][t] = type##_finish(acc[r][t], sumi[r][t], w + (size_t)r * nb + b, x + (size_t)t * nb + b);  \
+        }                                                                                                              \
+        RLXC_UNROLL for (int r = 0; r < R; r++)                                                                        \
+            RLXC_UNROLL for (int t = 0; t < C; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);          \
+    }
+DEFINE_K16_TILE(q2_k)
+DEFINE_K16_TILE(q3_k)
+DEFINE_K16_TILE(q6_k)
 
 /* Decode tiles of 4 rows; GEMM tiles of 4 rows x 3 tokens (32 registers). Q5_0 GEMMs of 8 or
  * more tokens take the interleaved tiles of gemm.c instead. */
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_rows_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q2_k_avx512, block_q2_k, block_q8_k, RLXC_QK_K, q2_k_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q3_k_avx512, block_q3_k, block_q8_k, RLXC_QK_K, q3_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_avx512, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
@@ -193,6 +239,8 @@ RLXC_DEFINE_QMATMUL(rlxc_matmul_iq4_nl_avx512, block_iq4_nl, iq4_nl_tile, 4, 4, 
 RLXC_DEFINE_MATMUL(rlxc_matmul_iq4_xs_avx512, block_iq4_xs, block_q8_k, RLXC_QK_K, iq4_xs_tile, 2, 2, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_nl_avx512, rlxc_matmul_iq4_nl_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_xs_avx512, rlxc_matmul_iq4_xs_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q2_k_avx512, rlxc_matmul_q2_k_avx512)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q3_k_avx512, rlxc_matmul_q3_k_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx512, rlxc_matmul_q4_k_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_k_avx512, rlxc_matmul_q5_k_avx512)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx512, rlxc_matmul_q6_k_avx512)
@@ -320,6 +368,40 @@ RLXC_INLINE void row_q6_k(__m512 acc[ACCS], const block_q6_k *w, const float *x,
     }
 }
 
+/* Q2_K: sub-block j of 16 at d * sc[j], less dmin * m[j] * sum(x) */
+RLXC_INLINE void row_q2_k(__m512 acc[ACCS], const block_q2_k *w, const float *x, int K) {
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        const float d = rlxc_h2f(w[b].d), dmin = rlxc_h2f(w[b].dmin);
+        RLXC_UNROLL for (int u = 0; u < 4; u++) {
+            const __m512i q = q2_k_quants(&w[b], u);
+            RLXC_UNROLL for (int i = 0; i < 4; i++) {
+                const int j = 4 * u + i, sc = w[b].scales[j];
+                const __m512 xv = _mm512_loadu_ps(x + 16 * j);
+                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(float16(_mm512_extracti32x4_epi32(q, i)), xv),
+                                         _mm512_set1_ps(d * (float)(sc & 0x0F)), acc[i]);
+                acc[i] = _mm512_fnmadd_ps(xv, _mm512_set1_ps(dmin * (float)(sc >> 4)), acc[i]);
+            }
+        }
+    }
+}
+
+/* Q3_K: quants 0..7 less 4 at d * sc[j] */
+RLXC_INLINE void row_q3_k(__m512 acc[ACCS], const block_q3_k *w, const float *x, int K) {
+    int8_t sc[16];
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        const float d = rlxc_h2f(w[b].d);
+        rlxc_q3_k_scales(sc, w[b].scales);
+        RLXC_UNROLL for (int u = 0; u < 4; u++) {
+            const __m512i q = _mm512_sub_epi8(q3_k_quants(&w[b], u), _mm512_set1_epi8(4));
+            RLXC_UNROLL for (int i = 0; i < 4; i++)
+                acc[i] = _mm512_fmadd_ps(mul16(_mm512_extracti32x4_epi32(q, i), x + 64 * u + 16 * i),
+                                         _mm512_set1_ps(d * (float)sc[4 * u + i]), acc[i]);
+        }
+    }
+}
+
+DEFINE_MATVEC_FX(rlxc_matvec_fx_q2_k_avx512, block_q2_k, RLXC_QK_K, row_q2_k)
+DEFINE_MATVEC_FX(rlxc_matvec_fx_q3_k_avx512, block_q3_k, RLXC_QK_K, row_q3_k)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q4_0_avx512, block_q4_0, RLXC_QK, row_q4_0)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q8_0_avx512, block_q8_0, RLXC_QK, row_q8_0)
 DEFINE_MATVEC_FX(rlxc_matvec_fx_q5_0_avx512, block_q5_0, RLXC_QK, row_q5_0)

@@ -144,6 +144,24 @@ RLXC_INLINE void rlxc_neon_q5_k_quants(const block_q5_k *b, const int i, int8x16
     }
 }
 
+/* Elements 32v .. 32v+32 (v = 4h + k, sub-blocks 2v, 2v+1) of Q2_K, 0..3: bits 2k, 2k+1 of
+ * qs[32h ..] (layout in kernels.h). */
+RLXC_INLINE void rlxc_neon_q2_k_quants(const block_q2_k *b, const int v, int8x16_t q[2]) {
+    for (int i = 0; i < 2; i++)
+        q[i] = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(vld1q_u8(b->qs + 32 * (v / 4) + 16 * i), vdupq_n_s8((int8_t)(-2 * (v % 4)))),
+                                            vdupq_n_u8(3)));
+}
+
+/* The same of Q3_K, q - 4: Q2_K's two bits, less 4 where bit v of hmask[l] is clear. */
+RLXC_INLINE void rlxc_neon_q3_k_quants(const block_q3_k *b, const int v, int8x16_t q[2]) {
+    for (int i = 0; i < 2; i++) {
+        const uint8x16_t lo = vandq_u8(vshlq_u8(vld1q_u8(b->qs + 32 * (v / 4) + 16 * i), vdupq_n_s8((int8_t)(-2 * (v % 4)))),
+                                       vdupq_n_u8(3));
+        const uint8x16_t missing = vbicq_u8(vdupq_n_u8(4), vtstq_u8(vld1q_u8(b->hmask + 16 * i), vdupq_n_u8((uint8_t)(1 << v))));
+        q[i] = vsubq_s8(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(missing));
+    }
+}
+
 /* Elements 32v .. 32v+32 (v = 4h + k, sub-blocks 2v, 2v+1), q - 32: the low 4 bits from ql,
  * the top 2 from bits 2k, 2k+1 of qh (layout in kernels.h), shifted to bits 4, 5 by 4 - 2k
  * (a negative USHL count shifts right). */

@@ -139,6 +139,35 @@ DEFINE_DEQUANTIZE_MIN(q5_1)
 DEFINE_DEQUANTIZE_K_MIN(q4_k)
 DEFINE_DEQUANTIZE_K_MIN(q5_k)
 
+void rlxc_dequantize_row_q2_k_neon(float *y, const void *vx, int K) {
+    const block_q2_k *x = vx;
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_neon_h2f(x[b].d), dmin = rlxc_neon_h2f(x[b].dmin);
+        for (int v = 0; v < 8; v++) {
+            int8x16_t q[2];
+            rlxc_neon_q2_k_quants(&x[b], v, q);
+            for (int i = 0; i < 2; i++, y += 16) {
+                const int sc = x[b].scales[2 * v + i];
+                dequant16(y, q[i], d * (float)(sc & 0x0F), dmin * (float)(sc >> 4));
+            }
+        }
+    }
+}
+
+void rlxc_dequantize_row_q3_k_neon(float *y, const void *vx, int K) {
+    const block_q3_k *x = vx;
+    int8_t sc[16];
+    for (int b = 0; b < K / RLXC_QK_K; b++) {
+        const float d = rlxc_neon_h2f(x[b].d);
+        rlxc_q3_k_scales(sc, x[b].scales);
+        for (int v = 0; v < 8; v++) {
+            int8x16_t q[2];
+            rlxc_neon_q3_k_quants(&x[b], v, q);
+            for (int i = 0; i < 2; i++, y += 16) dequant16(y, q[i], d * (float)sc[2 * v + i], 0.0f);
+        }
+    }
+}
+
 void rlxc_dequantize_row_q6_k_neon(float *y, const void *vx, int K) {
     const block_q6_k *x = vx;
     for (int b = 0; b < K / RLXC_QK_K; b++) {

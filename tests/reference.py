@@ -213,7 +213,7 @@ def round_activations(x: np.ndarray, wtype: str) -> np.ndarray:
     q5_0, q5_1, q8_0, iq4_nl), Q8_K for the 256-blocks, unchanged for float types."""
     if wtype in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"):
         return _q8_activations(x)
-    if wtype in ("q4_k", "q5_k", "q6_k", "iq4_xs"):
+    if wtype in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"):
         return _q8k_activations(x)
     return x
 

@@ -1,4 +1,4 @@
-"""GGUF files in the weight types issue 14 adds (Q4_1, Q5_1, Q5_K, IQ4_NL, IQ4_XS), made by the
+"""GGUF files in the weight types issue 14 adds (Q4_1, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS), made by the
 newest llama.cpp's own llama-quantize (tests/data/make_quantized.sh): each runs in place from the memory
 map and, with
 f32 activations, matches transformers run on the dequantized weights to 1e-4; with q8
@@ -24,7 +24,7 @@ SLOTS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "
          "down_proj": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 
 
-#: file -> (its matrices' types, the build() arguments of the Llama it was made from)
+#: file -> (its layers' matrix types, the build() arguments of the Llama it was made from)
 FILES = {
     "tiny-llama-q4_1.gguf": ({"q4_1"}, dict(hidden_size=64, intermediate_size=96)),
     "tiny-llama-q5_1.gguf": ({"q5_1"}, dict(hidden_size=64, intermediate_size=96)),
@@ -32,6 +32,9 @@ FILES = {
                                dict(hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=1)),
     "tiny-llama-iq4_xs.gguf": ({"iq4_xs", "iq4_nl"},
                                dict(hidden_size=256, intermediate_size=544, head_dim=64, num_hidden_layers=1)),
+    **{f"tiny-llama-{mix}.gguf": (types, dict(hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=2))
+       for mix, types in [("q4_k_s", {"q4_k", "q5_k"}), ("q3_k_m", {"q3_k", "q4_k", "q5_k"}),
+                          ("q2_k", {"q2_k", "q3_k"})]},
 }
 
 
@@ -53,7 +56,7 @@ def test_llama_quantize_file_runs_in_place_and_matches_transformers(name, isa):
     path = os.path.join(DATA, name)
     wtypes, arch_kw = FILES[name]
     m = rlxc.load(path, activations="f32", kv_type="f32")
-    assert {m.layers[i].weight_type(s) for i in range(len(m.layers)) for s in ("q_proj", "down_proj")} == wtypes
+    assert {layer.weight_type(s) for layer in m.layers for s in SLOTS if "norm" not in s} == wtypes
     import gguf
     stored = {t.name: t for t in gguf.GGUFReader(path).tensors}["blk.0.ffn_down.weight"]
     np.testing.assert_array_equal(m.layers[0].weight_raw("down_proj"), stored.data)  # the file's own blocks
@@ -74,5 +77,9 @@ def test_llama_quantize_file_runs_in_place_and_matches_transformers(name, isa):
     pa /= pa.sum(1, keepdims=True)
     kl = np.sum(pa * (np.log(pa) - (lp - lp.max(1, keepdims=True) - np.log(np.exp(lp - lp.max(1, keepdims=True))
                                                                              .sum(1, keepdims=True)))), 1)
-    # (8-bit activation rounding: 0.005 nats per token on Gemma 3 270M; these tiny random models ~1e-3)
-    assert kl.mean() < 5e-3 and np.mean(lp.argmax(1) == lf.argmax(1)) >= 0.9
+    # (8-bit activation rounding: 0.005 nats per token on Gemma 3 270M; these tiny random models ~1e-3).
+    # Their logits are flat (median top-2 gap 0.1-0.6), so the rounding may swap near ties: the top
+    # token may differ only where the float run's top-2 gap is below 0.25 (Q2_K's largest: 0.18).
+    top2 = np.sort(lf, 1)[:, -2:]
+    swapped = lp.argmax(1) != lf.argmax(1)
+    assert kl.mean() < 5e-3 and np.all(top2[swapped, 1] - top2[swapped, 0] < 0.25) and swapped.mean() <= 0.15

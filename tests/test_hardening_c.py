@@ -243,10 +243,10 @@ print("ok", grown >> 20)
 
 def test_weight_types_describe_every_type_the_engine_takes(isa):
     types = rlxc._rlxc.weight_types()
-    assert [t["name"] for t in types] == ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-                                          "q6_k", "iq4_nl", "iq4_xs"]
+    assert [t["name"] for t in types] == ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k",
+                                          "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
     assert {t["name"]: t["ggml_type"] for t in types} == {"f32": 0, "f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3,
-                                                           "q5_0": 6, "q5_1": 7, "q8_0": 8, "q4_k": 12, "q5_k": 13,
+                                                           "q5_0": 6, "q5_1": 7, "q8_0": 8, "q2_k": 10, "q3_k": 11, "q4_k": 12, "q5_k": 13,
                                                            "q6_k": 14, "iq4_nl": 20, "iq4_xs": 23}
     for t in types:
         assert set(t) == {"name", "ggml_type", "block_size", "block_bytes", "runs", "from_floats"}

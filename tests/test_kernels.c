@@ -120,7 +120,7 @@ static void free_guarded(float *p) { free(p - GUARD); }
 /* ---- matrix kernels: every weight type ---- */
 
 enum { ACT_F32, ACT_Q8_0, ACT_Q8_K }; /* what a weight type's kernels take as activations */
-enum { W_F32, W_Q4_0, W_Q8_0, W_Q5_0, W_Q4_1, W_Q5_1, W_IQ4_NL, W_Q4_K, W_Q5_K, W_IQ4_XS, W_Q6_K, W_F16, W_BF16,
+enum { W_F32, W_Q4_0, W_Q8_0, W_Q5_0, W_Q4_1, W_Q5_1, W_IQ4_NL, W_Q2_K, W_Q3_K, W_Q4_K, W_Q5_K, W_IQ4_XS, W_Q6_K, W_F16, W_BF16,
        N_WKINDS };
 
 static const struct {
@@ -137,6 +137,10 @@ static const struct {
     [W_Q5_0] = {"matvec_q5_0", "matmul_q5_0", RLXC_Q5_0, RLXC_QK, sizeof(block_q5_0), ACT_Q8_0, {0, -1}},
     [W_Q4_1] = {"matvec_q4_1", "matmul_q4_1", RLXC_Q4_1, RLXC_QK, sizeof(block_q4_1), ACT_Q8_0, {0, 2}},
     [W_Q5_1] = {"matvec_q5_1", "matmul_q5_1", RLXC_Q5_1, RLXC_QK, sizeof(block_q5_1), ACT_Q8_0, {0, 2}},
+    [W_Q2_K] = {"matvec_q2_k", "matmul_q2_k", RLXC_Q2_K, RLXC_QK_K, sizeof(block_q2_k), ACT_Q8_K,
+                {offsetof(block_q2_k, d), offsetof(block_q2_k, dmin)}},
+    [W_Q3_K] = {"matvec_q3_k", "matmul_q3_k", RLXC_Q3_K, RLXC_QK_K, sizeof(block_q3_k), ACT_Q8_K,
+                {offsetof(block_q3_k, d), -1}},
     [W_Q4_K] = {"matvec_q4_k", "matmul_q4_k", RLXC_Q4_K, RLXC_QK_K, sizeof(block_q4_k), ACT_Q8_K, {0, 2}},
     [W_Q5_K] = {"matvec_q5_k", "matmul_q5_k", RLXC_Q5_K, RLXC_QK_K, sizeof(block_q5_k), ACT_Q8_K, {0, 2}},
     [W_IQ4_NL] = {"matvec_iq4_nl", "matmul_iq4_nl", RLXC_IQ4_NL, RLXC_QK, sizeof(block_iq4_nl), ACT_Q8_0, {0, -1}},

@@ -304,9 +304,9 @@ def write_tiny_gguf(path, arch="llama", q_type="F32", extra=None, H=64):
     def t(name, shape, qt="F32"):
         arr = (rng.standard_normal(shape[::-1]) * 0.1).astype(np.float32)
         tid = gguf.GGMLQuantizationType[qt]
-        if qt == "Q3_K":  # no quantizer in gguf: random codes under a small fp16 scale per 256 (at byte 108)
-            data = rng.integers(0, 256, (arr.size // 256, 110), dtype=np.uint8)
-            data[:, 108:] = np.full((len(data), 1), 0.01, np.float16).view(np.uint8)
+        if qt == "IQ2_XXS":  # no quantizer in gguf: random codes under a small fp16 scale per 256 (at byte 0)
+            data = rng.integers(0, 256, (arr.size // 256, 66), dtype=np.uint8)
+            data[:, :2] = np.full((len(data), 1), 0.01, np.float16).view(np.uint8)
             data = data.reshape(shape[1], -1)
         else:
             data = arr if qt == "F32" else gguf.quants.quantize(arr, tid)
@@ -331,8 +331,8 @@ def test_gguf_unsupported_arch_tensor_type_and_tensor(tmp_path):
     write_tiny_gguf(p, arch="mamba")
     with pytest.raises(NotImplementedError, match="mamba"):
         rlxc.load(p)
-    write_tiny_gguf(p, q_type="Q3_K", H=256)
-    with pytest.raises(NotImplementedError, match="Q3_K"):
+    write_tiny_gguf(p, q_type="IQ2_XXS", H=256)
+    with pytest.raises(NotImplementedError, match="IQ2_XXS"):
         rlxc.load(p)
     m = rlxc.load(p, weights="q8_0")  # converted at load (gguf's reference dequantizer)
     assert m.layers[0].weight_type("q_proj") == "q8_0"

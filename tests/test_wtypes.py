@@ -1,5 +1,5 @@
-"""The GGUF weight types beyond q4_0 / q8_0 (f16, bf16, q5_0, q4_1, q5_1, q4_k, q5_k, q6_k, iq4_nl,
-iq4_xs): dequantization
+"""The GGUF weight types beyond q4_0 / q8_0 (f16, bf16, q5_0, q4_1, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k,
+iq4_nl, iq4_xs): dequantization
 bit-exact with the gguf package, matmul on every ISA against a NumPy emulation of the integer
 dot products and against x @ dequantized(W).T, and the errors for rows of the wrong width."""
 
@@ -13,13 +13,13 @@ from rlxc import ops
 
 import reference as ref
 
-QTYPE = {"f16": G.F16, "bf16": G.BF16, "q5_0": G.Q5_0, "q4_1": G.Q4_1, "q5_1": G.Q5_1, "q4_k": G.Q4_K,
+QTYPE = {"f16": G.F16, "bf16": G.BF16, "q5_0": G.Q5_0, "q4_1": G.Q4_1, "q5_1": G.Q5_1, "q2_k": G.Q2_K, "q3_k": G.Q3_K, "q4_k": G.Q4_K,
          "q5_k": G.Q5_K, "q6_k": G.Q6_K, "iq4_nl": G.IQ4_NL, "iq4_xs": G.IQ4_XS}
-BLOCK = {"f16": (1, 2), "bf16": (1, 2), "q5_0": (32, 22), "q4_1": (32, 20), "q5_1": (32, 24), "q4_k": (256, 144),
+BLOCK = {"f16": (1, 2), "bf16": (1, 2), "q5_0": (32, 22), "q4_1": (32, 20), "q5_1": (32, 24), "q2_k": (256, 84), "q3_k": (256, 110), "q4_k": (256, 144),
          "q5_k": (256, 176), "q6_k": (256, 210), "iq4_nl": (32, 18), "iq4_xs": (256, 136)}
-FP16_SCALES = {"q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q4_k": (0, 2), "q5_k": (0, 2),
+FP16_SCALES = {"q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2),
                "q6_k": (208,), "iq4_nl": (0,), "iq4_xs": (0,)}  # fp16 byte offsets
-QUANTIZED = ["q5_0", "q4_1", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
+QUANTIZED = ["q5_0", "q4_1", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
 IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int64)
 
 
@@ -157,6 +157,23 @@ def unpack_quants(wtype, b, K):
             s = np.repeat(f16(0)[..., None] * ls, 32, -1)
         q = q.reshape(N, K)
         m = np.zeros_like(s)
+    elif wtype in ("q2_k", "q3_k"):  # element 128h + 32k + l: bits 2k, 2k+1 of qs[32h + l]
+        qs = blk[..., 16:80] if wtype == "q2_k" else blk[..., 32:96]
+        q = np.stack([(qs.reshape(N, -1, 2, 32) >> (2 * k)) & 3 for k in range(4)], 3).astype(np.int64)
+        q = q.reshape(N, K // 256, 256)
+        if wtype == "q2_k":
+            sc = blk[..., :16].astype(np.float64)
+            s = np.repeat(f16(80)[..., None] * (sc % 16), 16, -1)
+            m = np.repeat(f16(82)[..., None] * (sc // 16), 16, -1)
+        else:  # third bit: bit 4h + k of hmask[l], clear means -4; 6-bit scales less 32
+            hm = blk[..., :32].astype(np.int64)
+            third = np.stack([(hm >> v) & 1 for v in range(8)], 2).reshape(N, K // 256, 256)
+            q = q - 4 * (1 - third)
+            sb = blk[..., 96:108].astype(np.int64)
+            lo = np.concatenate([sb[..., :8] & 15, sb[..., :8] >> 4], -1)
+            hi = np.concatenate([(sb[..., 8:12] >> (2 * i)) & 3 for i in range(4)], -1)
+            s = np.repeat(f16(108)[..., None] * ((lo | hi << 4) - 32), 16, -1)
+            m = np.zeros_like(s)
     else:  # q6_k
         ql, qh = blk[..., :128].reshape(N, -1, 2, 64), blk[..., 128:192].reshape(N, -1, 2, 32)
         q = np.empty((N, K // 256, 2, 4, 32), np.int64)
@@ -193,7 +210,7 @@ SHAPES = {  # (N, K, T): N off the row tiles, T = 1, 2, 3, 17
     **{t: [(1, 32, 1), (5, 64, 2), (17, 96, 3), (33, 320, 17), (64, 1024, 1)] for t in ("q5_0", "q4_1", "q5_1")},
     **{t: [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)] for t in ("q4_k", "q5_k", "iq4_xs")},
     "iq4_nl": [(1, 32, 1), (5, 64, 2), (17, 96, 3), (33, 320, 17), (64, 1024, 1)],
-    "q6_k": [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)],
+    **{t: [(1, 256, 1), (5, 256, 2), (17, 512, 3), (33, 768, 17), (64, 2048, 1)] for t in ("q2_k", "q3_k", "q6_k")},
 }
 
 

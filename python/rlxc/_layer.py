@@ -58,7 +58,7 @@ kv_shared_from).
 Weights are set by rlxc name (``Layer.WEIGHTS``) or by HF per-layer parameter name
 (``"self_attn.q_proj.weight"``, ``"model.layers.3.mlp.down_proj.weight"``): ``set_weight``
 copies a float32 array, stored as f32, f16, bf16, q4_0 or q8_0; ``set_weight_raw`` /
-``set_weight_view`` take GGUF bytes of any supported type (also q5_0, q4_k, q5_k, q6_k), the latter
+``set_weight_view`` take GGUF bytes of any supported type (also q5_0, q2_k ... q6_k, iq4_nl, iq4_xs), the latter
 in place. ``layer[name]`` reads a weight back as float32, ``layer.weight_type(name)`` its
 storage type, ``layer.weight_shape(name)`` the shape the current fields need and
 ``layer.used_weights()`` the slots they use; ``nbytes`` counts the stored bytes.

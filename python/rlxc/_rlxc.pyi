@@ -15,8 +15,8 @@ from rlxc._enums import Activation, FfnType, NormType, RopeLayout
 # Private aliases: they exist only in the stub (stubtest skips underscore names).
 _F32: TypeAlias = npt.NDArray[np.float32]
 _U8: TypeAlias = npt.NDArray[np.uint8]
-_WType: TypeAlias = Literal["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k",
-                            "iq4_nl", "iq4_xs"]
+_WType: TypeAlias = Literal["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k",
+                            "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
 
 
 # One entry of weight_types().
@@ -159,8 +159,8 @@ STAGES: tuple[str, ...]
 def cpu_info() -> dict[str, Any]: ...
 def set_isa(name: str) -> None: ...
 def get_isa() -> str: ...
-# Every weight type the engine knows, in a fixed order: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k,
-# iq4_nl, iq4_xs.
+# Every weight type the engine knows, in a fixed order: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k,
+# q5_k, q6_k, iq4_nl, iq4_xs.
 def weight_types() -> list[_WeightType]: ...
 def _register_enums(norm: Any, ffn: Any, act: Any, rope: Any) -> None: ...
 def quantize_q4_0(w: _F32) -> _U8: ...

@@ -2,7 +2,7 @@
 
 The table comes from the C engine (``rlxc._rlxc.weight_types()``: name, GGML type id, block
 size and bytes, whether the active kernel table multiplies the type, whether ``set_weight``
-quantizes float32 to it). GGML types the engine does not know (q4_1, q5_k, iq*, ...) are
+quantizes float32 to it). GGML types the engine does not know (iq2_*, iq3_*, tq*, mxfp4, ...) are
 described by the GGUF format's table (:data:`rlxc.gguf.GGML_TYPES`) and dequantized with the
 ``gguf`` package's reference code, for ``rlxc.load(weights="q8_0")`` to convert them.
 """

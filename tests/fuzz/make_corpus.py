@@ -169,7 +169,7 @@ recipe("gguf_tensor_dims_product_exceeds_file.gguf")(_tensor_edit(Q, dims=[32, 2
 recipe("gguf_tensor_dim_max.gguf")(_tensor_edit(Q, dims=[2**64 - 1, 1]))
 recipe("gguf_tensor_type_unknown.gguf")(_tensor_edit(Q, ttype=99))
 recipe("gguf_tensor_type_max.gguf")(_tensor_edit(Q, ttype=2**32 - 1))
-recipe("gguf_tensor_type_q2_k_unsupported.gguf")(
+recipe("gguf_tensor_type_q2_k_partial_block.gguf")(  # rows of 32 in blocks of 256
     lambda: _typed(Q, 10))
 recipe("gguf_tensor_cols_not_whole_blocks.gguf")(_tensor_edit(Q, dims=[33, 32]))
 recipe("gguf_tensor_offset_past_end.gguf")(_tensor_edit(Q, offset=10**7))
