@@ -387,6 +387,9 @@ extern const rlxc_kernels rlxc_kernels_scalar;
 void rlxc_quantize_row_q4_0(block_q4_0 *y, const float *x, int K);
 void rlxc_quantize_row_q4_1(block_q4_1 *y, const float *x, int K);
 void rlxc_quantize_row_q5_1(block_q5_1 *y, const float *x, int K);
+/* Q4_K / Q5_K from floats: llama.cpp's reference search (not bit-exact with it: float order) */
+void rlxc_quantize_row_q4_k(block_q4_k *y, const float *x, int K);
+void rlxc_quantize_row_q5_k(block_q5_k *y, const float *x, int K);
 void rlxc_dequantize_row_f16(float *y, const rlxc_fp16 *x, int K);
 void rlxc_dequantize_row_bf16(float *y, const rlxc_bf16 *x, int K);
 

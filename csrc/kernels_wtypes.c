@@ -302,6 +302,119 @@ void rlxc_q8_k_bsums(block_q8_k *b) {
     }
 }
 
+/* ---- Q4_K / Q5_K from floats ----
+ * Each sub-block of 32 gets the scale and offset that minimize the weighted squared error of
+ * its codes (weights |x| + the sub-block's rms, so large values count more): a least-squares fit
+ * of scale and offset to the codes of candidate ranges nmax + rmin + 0.1 s (s = 0..nstep),
+ * keeping the best. The 8 scales and 8
+ * offsets are then coded in 6 bits against the super-block's largest, and the codes recomputed
+ * against the coded values. The search and its constants are those of llama.cpp's reference
+ * quantizer (make_qkx2_quants), so the results compare with llama-quantize's files. */
+
+/* round(v) clamped to 0..nmax (v may be anything, NaN included: 0) */
+static int code_of(float v, int nmax) {
+    if (!(v > 0.0f)) return 0;
+    return v >= (float)nmax ? nmax : nearest_int(v);
+}
+
+/* x[0..32) ~ scale * L + min, L in 0..nmax, min <= 0: returns scale and -min in *neg_min. */
+static float fit_scale_min(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t L[32],
+                           float *neg_min) {
+    float lo = x[0], hi = x[0], sw = 0.0f, swx = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+        sw += w[i], swx += w[i] * x[i];
+    }
+    lo = lo > 0.0f ? 0.0f : lo;
+    memset(L, 0, 32);
+    *neg_min = -lo;
+    if (!(hi > lo)) return 0.0f; /* constant (or NaN) */
+    const float is0 = (float)nmax / (hi - lo);
+    float scale = 1.0f / is0, min = lo, best = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        L[i] = (uint8_t)code_of(is0 * (x[i] - lo), nmax);
+        const float e = scale * L[i] + lo - x[i];
+        best += w[i] * e * e;
+    }
+    for (int s = 0; s <= nstep; s++) {
+        const float is = ((float)nmax + rmin + 0.1f * (float)s) / (hi - lo);
+        uint8_t c[32];
+        float sl = 0.0f, sl2 = 0.0f, sxl = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            c[i] = (uint8_t)code_of(is * (x[i] - lo), nmax);
+            sl += w[i] * c[i], sl2 += w[i] * c[i] * c[i], sxl += w[i] * c[i] * x[i];
+        }
+        const float D = sw * sl2 - sl * sl;
+        if (!(D > 0.0f)) continue;
+        float sc = (sw * sxl - swx * sl) / D, mn = (sl2 * swx - sl * sxl) / D;
+        if (mn > 0.0f) mn = 0.0f, sc = sxl / sl2;
+        float err = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            const float e = sc * c[i] + mn - x[i];
+            err += w[i] * e * e;
+        }
+        if (err < best) best = err, scale = sc, min = mn, memcpy(L, c, 32);
+    }
+    *neg_min = -min;
+    return scale;
+}
+
+/* One super-block: codes q[256] (0..nmax), the 12 scale bytes, d and dmin. */
+static void quantize_k_min(uint8_t q[RLXC_QK_K], uint8_t s[12], rlxc_fp16 *d16, rlxc_fp16 *dmin16, const float *x,
+                           int nmax, float rmin, int nstep) {
+    float sc[8], mn[8], w[32], max_sc = 0.0f, max_mn = 0.0f;
+    uint8_t L[32];
+    for (int j = 0; j < 8; j++) {
+        const float *xj = x + 32 * j;
+        float ss = 0.0f;
+        for (int l = 0; l < 32; l++) ss += xj[l] * xj[l];
+        const float rms = sqrtf(ss / 32.0f);
+        for (int l = 0; l < 32; l++) w[l] = rms + fabsf(xj[l]);
+        sc[j] = fit_scale_min(xj, w, nmax, rmin, nstep, L, &mn[j]);
+        max_sc = sc[j] > max_sc ? sc[j] : max_sc, max_mn = mn[j] > max_mn ? mn[j] : max_mn;
+    }
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; j++) {
+        ls[j] = (uint8_t)code_of(max_sc > 0.0f ? sc[j] * (63.0f / max_sc) : 0.0f, 63);
+        lm[j] = (uint8_t)code_of(max_mn > 0.0f ? mn[j] * (63.0f / max_mn) : 0.0f, 63);
+    }
+    /* the layout rlxc_q4_k_scales reads */
+    for (int j = 0; j < 4; j++) s[j] = ls[j], s[j + 4] = lm[j];
+    for (int j = 4; j < 8; j++) {
+        s[j + 4] = (uint8_t)((ls[j] & 0x0f) | (lm[j] & 0x0f) << 4);
+        s[j - 4] |= (uint8_t)((ls[j] >> 4) << 6), s[j] |= (uint8_t)((lm[j] >> 4) << 6);
+    }
+    *d16 = rlxc_f32_to_fp16(max_sc / 63.0f), *dmin16 = rlxc_f32_to_fp16(max_mn / 63.0f);
+    const float d = rlxc_fp16_to_f32(*d16), dmin = rlxc_fp16_to_f32(*dmin16);
+    for (int j = 0; j < 8; j++) {
+        const float dl = d * ls[j], ml = dmin * lm[j];
+        for (int l = 0; l < 32; l++) q[32 * j + l] = (uint8_t)(dl != 0.0f ? code_of((x[32 * j + l] + ml) / dl, nmax) : 0);
+    }
+}
+
+void rlxc_quantize_row_q4_k(block_q4_k *y, const float *x, int K) {
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        quantize_k_min(q, y[b].scales, &y[b].d, &y[b].dmin, x, 15, -1.0f, 20);
+        for (int i = 0; i < 4; i++)
+            for (int l = 0; l < 32; l++) y[b].qs[32 * i + l] = (uint8_t)(q[64 * i + l] | q[64 * i + 32 + l] << 4);
+    }
+}
+
+void rlxc_quantize_row_q5_k(block_q5_k *y, const float *x, int K) {
+    uint8_t q[RLXC_QK_K];
+    for (int b = 0; b < K / RLXC_QK_K; b++, x += RLXC_QK_K) {
+        quantize_k_min(q, y[b].scales, &y[b].d, &y[b].dmin, x, 31, -0.5f, 15);
+        memset(y[b].qh, 0, sizeof y[b].qh);
+        for (int i = 0; i < 4; i++)
+            for (int l = 0; l < 32; l++) {
+                const int lo = q[64 * i + l], hi = q[64 * i + 32 + l];
+                y[b].qs[32 * i + l] = (uint8_t)((lo & 0x0f) | (hi & 0x0f) << 4);
+                y[b].qh[l] |= (uint8_t)((lo >> 4) << (2 * i) | (hi >> 4) << (2 * i + 1));
+            }
+    }
+}
+
 /* ---- dot products ---- */
 
 static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int nb) {

@@ -132,7 +132,8 @@ int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s) {
     }
 }
 
-/* Q5_0 and the K-quants are not made from floats: that needs ggml's search for scales. */
+/* Q4_K and Q5_K are made from floats by a search for scales (kernels_wtypes.c); Q5_0, Q2_K,
+ * Q3_K, Q6_K and the IQ types are not. */
 const rlxc_wtype_info rlxc_wtypes[] = {
     {RLXC_F32, "f32", 1, sizeof(float), 1},
     {RLXC_F16, "f16", 1, sizeof(rlxc_fp16), 1},
@@ -144,8 +145,8 @@ const rlxc_wtype_info rlxc_wtypes[] = {
     {RLXC_Q8_0, "q8_0", RLXC_QK, sizeof(block_q8_0), 1},
     {RLXC_Q2_K, "q2_k", RLXC_QK_K, sizeof(block_q2_k), 0},
     {RLXC_Q3_K, "q3_k", RLXC_QK_K, sizeof(block_q3_k), 0},
-    {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k), 0},
-    {RLXC_Q5_K, "q5_k", RLXC_QK_K, sizeof(block_q5_k), 0},
+    {RLXC_Q4_K, "q4_k", RLXC_QK_K, sizeof(block_q4_k), 1},
+    {RLXC_Q5_K, "q5_k", RLXC_QK_K, sizeof(block_q5_k), 1},
     {RLXC_Q6_K, "q6_k", RLXC_QK_K, sizeof(block_q6_k), 0},
     {RLXC_IQ4_NL, "iq4_nl", RLXC_QK, sizeof(block_iq4_nl), 0},
     {RLXC_IQ4_XS, "iq4_xs", RLXC_QK_K, sizeof(block_iq4_xs), 0},
@@ -187,6 +188,8 @@ int rlxc_quantize_row(rlxc_wtype t, void *y, const float *x, int K) {
     case RLXC_Q4_0: rlxc_quantize_row_q4_0(y, x, K); return 0;
     case RLXC_Q4_1: rlxc_quantize_row_q4_1(y, x, K); return 0;
     case RLXC_Q5_1: rlxc_quantize_row_q5_1(y, x, K); return 0;
+    case RLXC_Q4_K: rlxc_quantize_row_q4_k(y, x, K); return 0;
+    case RLXC_Q5_K: rlxc_quantize_row_q5_k(y, x, K); return 0;
     case RLXC_Q8_0: rlxc_quantize_row_q8_0_scalar(y, x, K); return 0;
     default: return -1;
     }

@@ -493,6 +493,8 @@ OPS = {
     "quantize_q8_0": (dict(w=f32(2, 64)), {"w": ("f32",)}),
     "quantize_q4_1": (dict(w=f32(2, 64)), {"w": ("f32",)}),
     "quantize_q5_1": (dict(w=f32(2, 64)), {"w": ("f32",)}),
+    "quantize_q4_k": (dict(w=f32(2, 256)), {"w": ("f32",)}),
+    "quantize_q5_k": (dict(w=f32(2, 256)), {"w": ("f32",)}),
     "dequantize": (dict(b=np.zeros((2, 36), np.uint8), wtype="q4_0", cols=64),
                    {"b": ("u8",), "wtype": "str", "cols": "int"}),
     "matmul": (dict(x=f32(3, 64), w=f32(5, 64), wtype="f32", threads=1),

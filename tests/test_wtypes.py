@@ -355,8 +355,10 @@ def test_k_quant_rows_must_be_whole_super_blocks():
         layer.set_weight_raw("up_proj", np.zeros((2048, 360), np.uint8), 640, "q4_k")
     with pytest.raises(ValueError, match="K-quant rows are whole super-blocks of 256"):
         layer.set_weight("up_proj", np.zeros((2048, 640), np.float32), "q6_k")
-    with pytest.raises(ValueError, match="cannot quantize floats to q4_k"):
-        layer.set_weight("down_proj", np.zeros((640, 2048), np.float32), "q4_k")
+    with pytest.raises(ValueError, match="cannot quantize floats to q6_k"):
+        layer.set_weight("down_proj", np.zeros((640, 2048), np.float32), "q6_k")
+    layer.set_weight("down_proj", np.zeros((640, 2048), np.float32), "q4_k")  # Q4_K / Q5_K: from floats too
+    assert layer.weight_type("down_proj") == "q4_k"
     with pytest.raises(ValueError, match="bytes per row"):
         layer.set_weight_raw("down_proj", np.zeros((640, 8 * 143), np.uint8), 2048, "q4_k")
     with pytest.raises(ValueError, match="only matrices"):

@@ -58,9 +58,10 @@ static PyObject *quantize(PyObject *args, PyObject *kw, rlxc_wtype t, const char
     PyArrayObject *w = as_f32(wo, "w", 2, 2);
     if (!w) return NULL;
     const npy_intp N = PyArray_DIM(w, 0), K = PyArray_DIM(w, 1);
-    if (K == 0 || K % RLXC_QK || K > RLXC_MAX_COUNT) {
-        PyErr_Format(PyExc_ValueError, "w must have a positive number of columns divisible by 32 for %s, got %zd", fname,
-                     (Py_ssize_t)K);
+    const int block = rlxc_wtype_block_size(t);
+    if (K == 0 || K % block || K > RLXC_MAX_COUNT) {
+        PyErr_Format(PyExc_ValueError, "w must have a positive number of columns divisible by %d for %s, got %zd", block,
+                     fname, (Py_ssize_t)K);
         return NULL;
     }
     const size_t rb = rlxc_wtype_row_bytes(t, (int)K);
@@ -118,6 +119,8 @@ static PyObject *op_quantize_q4_0(PyObject *m, PyObject *a, PyObject *k) { retur
 static PyObject *op_quantize_q8_0(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q8_0, "q8_0"); }
 static PyObject *op_quantize_q4_1(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_1, "q4_1"); }
 static PyObject *op_quantize_q5_1(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q5_1, "q5_1"); }
+static PyObject *op_quantize_q4_k(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q4_K, "q4_k"); }
+static PyObject *op_quantize_q5_k(PyObject *m, PyObject *a, PyObject *k) { return quantize(a, k, RLXC_Q5_K, "q5_k"); }
 
 /* Any type, any rows: b is a C-contiguous uint8 array whose last axis is one row's bytes (e.g.
  * rows picked out of a memory-mapped GGUF embedding table). */
@@ -391,6 +394,12 @@ PyMethodDef rlxc_ops_methods[] = {
     {"quantize_q8_0", KW(op_quantize_q8_0), "quantize_q8_0(w: float32[N, K]) -> uint8[N, K//32*34] (GGUF Q8_0 blocks)."},
     {"quantize_q4_1", KW(op_quantize_q4_1), "quantize_q4_1(w: float32[N, K]) -> uint8[N, K//32*20] (GGUF Q4_1 blocks)."},
     {"quantize_q5_1", KW(op_quantize_q5_1), "quantize_q5_1(w: float32[N, K]) -> uint8[N, K//32*24] (GGUF Q5_1 blocks)."},
+    {"quantize_q4_k", KW(op_quantize_q4_k),
+     "quantize_q4_k(w: float32[N, K]) -> uint8[N, K//256*144] (GGUF Q4_K blocks: llama.cpp's reference search for "
+     "scales, not bit-exact with it)."},
+    {"quantize_q5_k", KW(op_quantize_q5_k),
+     "quantize_q5_k(w: float32[N, K]) -> uint8[N, K//256*176] (GGUF Q5_K blocks: llama.cpp's reference search for "
+     "scales, not bit-exact with it)."},
     {"dequantize", KW(op_dequantize),
      "dequantize(b: uint8[..., row_bytes], wtype, cols) -> float32[..., cols]: rows of any weight type (GGUF bytes), "
      "bit-exact with gguf.quants.dequantize."},

@@ -137,8 +137,8 @@ class Layer(_rlxc.Layer):
 
     def set_weight(self, name: str, array: np.ndarray, dtype: str = "f32") -> None:
         """Copy a float32 array into a weight, stored as ``dtype`` ('f32', 'f16', 'bf16', 'q4_0',
-        'q8_0', 'q4_1', 'q5_1'); q5_0 and the K-quants come as GGUF bytes (``set_weight_raw`` /
-        ``set_weight_view``)."""
+        'q8_0', 'q4_1', 'q5_1', 'q4_k', 'q5_k'); q5_0, q2_k, q3_k, q6_k and the IQ types come as GGUF
+        bytes (``set_weight_raw`` / ``set_weight_view``)."""
         super().set_weight(self.weight_name(name), array, cast(Any, dtype))  # (the C call checks dtype)
 
     def set_weights(self, weights: Mapping[str, np.ndarray], dtype: str = "f32") -> None:

@@ -35,7 +35,7 @@ MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
                 "ple_gate", "ple_proj")
 
 #: the formats rlxc quantizes float matrices to (``weights=``; ``rlxc quantize --type``)
-WEIGHT_FORMATS = ("f32", "q4_0", "q4_1", "q5_1", "q8_0")
+WEIGHT_FORMATS = ("f32", "q4_0", "q4_1", "q5_1", "q8_0", "q4_k", "q5_k")
 _ACTIVATIONS: dict[str, Literal["q8", "f32"]] = {"q8": "q8", "f32": "f32"}
 
 
@@ -46,10 +46,14 @@ def _gguf_arch(model_type: Any) -> str | None:
 
 
 def matrix_wtype(weights: str, shape: Sequence[int]) -> str:
-    """Storage type of a matrix of ``shape`` [out, in] under the requested format."""
-    if weights != "f32" and len(shape) == 2 and shape[1] % 32 == 0:
-        return weights
-    return "f32"
+    """Storage type of a matrix of ``shape`` [out, in] under the requested format: the K-quants
+    need rows of whole 256-blocks, else q5_1 (llama.cpp's fallback for q5_k); f32 for rows that
+    are no multiple of 32."""
+    if weights == "f32" or len(shape) != 2 or shape[1] % 32:
+        return "f32"
+    if weights in ("q4_k", "q5_k") and shape[1] % 256:
+        return "q5_1"
+    return weights
 
 
 class QuantMatrix:

@@ -12,7 +12,9 @@ from ._rlxc import (  # noqa: F401
     matmul,
     quantize_q4_0,
     quantize_q4_1,
+    quantize_q4_k,
     quantize_q5_1,
+    quantize_q5_k,
     quantize_q8_0,
     rmsnorm,
     rope,
@@ -22,4 +24,4 @@ from ._rlxc import (  # noqa: F401
 )
 
 __all__ = ["attention", "dequantize", "gelu_tanh", "layernorm", "matmul", "quantize_q4_0", "quantize_q4_1",
-           "quantize_q5_1", "quantize_q8_0", "rmsnorm", "rope", "scale", "silu", "softcap"]
+           "quantize_q4_k", "quantize_q5_1", "quantize_q5_k", "quantize_q8_0", "rmsnorm", "rope", "scale", "silu", "softcap"]
