@@ -177,7 +177,9 @@ DEFINE_K16_TILE(q2_k)
 DEFINE_K16_TILE(q3_k)
 DEFINE_K16_TILE(q6_k)
 
-/* Decode tiles of 4 rows; GEMM tiles of 4 rows x 3 tokens (32 registers). Q5_0 GEMMs of 8 or
+/* Decode tiles of 4 rows, but 1 for Q6_K (from DRAM 25 against 11-19 GB/s with 4 rows, 1 thread,
+ * EPYC: its 4 streams of 210-byte blocks defeat the prefetching); GEMM tiles of 4 rows x 3 tokens
+ * (32 registers). Q5_0 GEMMs of 8 or
  * more tokens, and those of the 256-blocks from KQ_MIN_T tokens, take the interleaved tiles of
  * gemm.c instead. */
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_0_rows_avx512, block_q5_0, q5_0_tile, 4, 4, 3)
@@ -185,7 +187,7 @@ RLXC_DEFINE_MATMUL(rlxc_matmul_q2_k_tiles_avx512, block_q2_k, block_q8_k, RLXC_Q
 RLXC_DEFINE_MATMUL(rlxc_matmul_q3_k_tiles_avx512, block_q3_k, block_q8_k, RLXC_QK_K, q3_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_tiles_avx512, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_tiles_avx512, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 4, 4, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_tiles_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 4, 4, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_tiles_avx512, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx512, rlxc_matmul_q5_0_rows_avx512)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx512, block_q4_1, q4_1_tile, 4, 4, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx512, block_q5_1, q5_1_tile, 4, 4, 3)
