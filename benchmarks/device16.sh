@@ -11,7 +11,8 @@
 # 32/8, vocab 32000) with benchmarks/gguf_export.py, measures the streaming read, then per round
 # and thread count: llama-bench (pp256, tg32) and rlxc with each RLXC_SPIN_US of $SPINS (default
 # 0,50,300; 50 is rlxc's default), taking turns; last (unless BUSY=0), the same on 2 cores with one
-# kept busy.
+# kept busy. TYPE=Q4_K_M (any llama-quantize type) also builds llama-quantize and first
+# requantizes the Llama to that type (the same file for both engines).
 D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)|L3"
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -20,7 +21,7 @@ export C_INCLUDE_PATH=$I LIBRARY_PATH=$L LD_LIBRARY_PATH=$L CFLAGS=-I$I LDFLAGS=
 cd $W && tar xzf $D/llamacpp.tgz
 (cd llama.cpp && cmake -B build -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null \
-   && cmake --build build -j14 --target llama-bench >$W/lbuild.log 2>&1) & LPID=$!
+   && cmake --build build -j14 --target llama-bench ${TYPE:+llama-quantize} >$W/lbuild.log 2>&1) & LPID=$!
 for v in rlxc; do
   mkdir -p $W/$v && tar xzf $D/$v.tgz -C $W/$v
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail -20 $W/pip_$v.log; exit 1; }
@@ -37,6 +38,11 @@ with torch.no_grad():
 write_llama_gguf(rlxc.from_hf(m, weights="q4_0", max_seq=1024), "$W/m.gguf", 10000.0)
 PY
 wait $LPID; ls $W/llama.cpp/build/bin/llama-bench || { tail $W/lbuild.log; exit 1; }
+if [ -n "${TYPE:-}" ]; then
+  $W/llama.cpp/build/bin/llama-quantize --allow-requantize $W/m.gguf $W/mq.gguf $TYPE >$W/quantize.log 2>&1 &&
+    mv $W/mq.gguf $W/m.gguf || { tail $W/quantize.log; exit 1; }
+  echo "requantized to $TYPE: $(du -m $W/m.gguf | cut -f1) MB"
+fi
 gcc -O3 -march=native -fopenmp $W/rlxc/benchmarks/stream_read.c -o $W/stream_read &&
     for t in ${T//,/ }; do echo -n "threads=$t stream "; OMP_NUM_THREADS=$t $W/stream_read; done
 cat > $W/one.py <<'PY'
