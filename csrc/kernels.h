@@ -55,6 +55,11 @@ static inline const rlxc_fp16 *rlxc_x16_scales(const void *group, int qs_bytes, 
 static inline size_t rlxc_x16_byte(int r, int j) { return (size_t)j / 4 * 64 + 4 * (size_t)r + (size_t)j % 4; }
 /* Rows [0, N / 16 * 16) of a Q4_0 or Q8_0 w[N][K] into N / 16 groups (dst: rlxc_x16_bytes). */
 size_t rlxc_x16_bytes(rlxc_wtype t, int N, int K);
+/* A 64-byte aligned buffer of at least `bytes` that belongs to the calling thread and is kept
+ * for its next call (the interleaved GEMMs' packed tiles and per-token terms): allocated per
+ * call, those mapped and unmapped fresh pages every time, page faults and TLB shootdowns on every
+ * thread of a prefill. Freed when the thread exits; NULL when out of memory. One user at a time. */
+void *rlxc_thread_scratch(size_t bytes);
 void rlxc_pack_x16(rlxc_wtype t, void *dst, const void *w, int N, int K);
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match the GGUF layout");
 

@@ -2,6 +2,8 @@
  * Written for clarity; compiled with -ffp-contract=off so results do not depend on
  * whether the target has FMA. */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kernels_ref.h"
 #include "kernels_simd.h"
@@ -247,3 +249,41 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
 const rlxc_kernels rlxc_kernels_scalar =
     RLXC_KERNEL_TABLE("scalar", scalar, scalar, scalar, scalar, scalar, scalar, scalar, scalar,
                       scalar);
+
+/* ---- per-thread scratch (kernels.h) ---- */
+
+typedef struct {
+    void *p;
+    size_t cap;
+} thread_scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *v) {
+    thread_scratch *s = v;
+    free(s->p);
+    free(s);
+}
+
+static void scratch_key_create(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+void *rlxc_thread_scratch(size_t bytes) {
+    pthread_once(&scratch_once, scratch_key_create);
+    thread_scratch *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (pthread_setspecific(scratch_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->cap < bytes) {
+        const size_t cap = (bytes + bytes / 4 + 63) / 64 * 64; /* some room: sizes vary by matrix */
+        void *p = aligned_alloc(64, cap);
+        if (!p) return NULL;
+        free(s->p);
+        s->p = p, s->cap = cap;
+    }
+    return s->p;
+}

@@ -13,7 +13,6 @@
  * rows row0 .. row0 + nr of w (rows past nr as zeros), and
  *   il_tile(y, ldy, wp, x, bias, dx, nb, nr, C): y[t * ldy + r] for r < nr, t < C (constant),
  * where bias[t * nb + b] = -weight_offset * (sum of token t's block b) and dx its scale. */
-#include <stdlib.h>
 
 #define IL_TCHUNK 64
 #define IL_PANEL_BYTES (384 << 10)
@@ -26,10 +25,11 @@ static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, int N
     const int n_tiles = (N + IL_ROWS - 1) / IL_ROWS;
     int panel = (int)(IL_PANEL_BYTES / tile_bytes); /* tiles per panel */
     panel = panel < 1 ? 1 : panel > n_tiles ? n_tiles : panel;
-    il_block *wp = aligned_alloc(64, (panel * tile_bytes + 63) / 64 * 64); /* C11: size a multiple of the alignment */
-    int32_t *bias = malloc((size_t)T * nb * sizeof(int32_t));
-    float *dx = malloc((size_t)T * nb * sizeof(float));
-    const int ok = wp && bias && dx;
+    const size_t wp_bytes = (panel * tile_bytes + 63) / 64 * 64, terms = (size_t)T * nb;
+    il_block *wp = rlxc_thread_scratch(wp_bytes + terms * (sizeof(int32_t) + sizeof(float)));
+    int32_t *bias = wp ? (int32_t *)((char *)wp + wp_bytes) : NULL;
+    float *dx = wp ? (float *)(bias + terms) : NULL;
+    const int ok = wp != NULL;
     for (size_t i = 0; ok && i < (size_t)T * nb; i++) {
         int s = 0;
         for (int j = 0; j < RLXC_QK; j++) s += xq[i].qs[j];
@@ -57,6 +57,5 @@ static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, int N
             }
         }
     }
-    free(wp), free(bias), free(dx);
     return ok;
 }

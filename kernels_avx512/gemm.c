@@ -442,7 +442,7 @@ static int kq_gemm(float *y, int ldy, const void *w, const block_q8_k *x, int N,
     const size_t tile_bytes = (size_t)nb * sizeof(kq_block);
     int panel = (int)(IL_PANEL_BYTES / tile_bytes);
     panel = panel < 1 ? 1 : panel > n_tiles ? n_tiles : panel;
-    kq_block *wp = aligned_alloc(64, panel * tile_bytes); /* a multiple of 64: kq_block is */
+    kq_block *wp = rlxc_thread_scratch(panel * tile_bytes);
     if (!wp) return 0;
     for (int p0 = 0; p0 < n_tiles; p0 += panel) {
         const int p1 = p0 + panel < n_tiles ? p0 + panel : n_tiles;
@@ -460,7 +460,6 @@ static int kq_gemm(float *y, int ldy, const void *w, const block_q8_k *x, int N,
             }
         }
     }
-    free(wp);
     return 1;
 }
 
