@@ -154,6 +154,15 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
             }                                                                                             \
         }                                                                                                 \
     }
+/* The 256-blocks in register tiles over the GGUF rows (wtypes.c): decode, and the interleaved
+ * GEMMs' (gemm.c) fallback below KQ_MIN_T tokens. */
+#define RLXC_DECLARE_KQ_TILES(type, sfx) \
+    void rlxc_matmul_##type##_tiles_##sfx(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
+RLXC_DECLARE_KQ_TILES(q2_k, avx2)
+RLXC_DECLARE_KQ_TILES(q3_k, avx2)
+RLXC_DECLARE_KQ_TILES(q4_k, avx2)
+RLXC_DECLARE_KQ_TILES(q5_k, avx2)
+RLXC_DECLARE_KQ_TILES(q6_k, avx2)
 /* Q4_0 one row per register: decode and small T (quant.c); rlxc_matmul_q4_0_avx2 (gemm.c) uses it
  * below 4 tokens. */
 void rlxc_matmul_q4_0_rows_avx2(float *y, int ldy, const void *w, const void *x, int N, int K, int T);

@@ -10,6 +10,7 @@
 
 #include "../csrc/kernels_ref.h"
 #include "iq4.h"
+#include "kquants.h"
 #include "q8_0_tile.h"
 
 /* ---- Q5_0 ---- */
@@ -53,25 +54,6 @@ RLXC_DEFINE_Q8_0_MIN_TILE(q5_1_tile, block_q5_1, q5_1_quants, x_sums, unsigned_d
 RLXC_DEFINE_Q8_0_TILE(iq4_nl_tile, block_iq4_nl, iq4_nl_quants, iq4_no_xterm, iq4_nl_dot)
 
 /* ---- Q4_K, Q5_K ---- */
-
-/* Sub-blocks 2i and 2i + 1 of a block: 32 quants each, in element order: the low and high
- * nibbles of qs[32i .. 32i+32); Q5_K sets 0x10 where qh[l] has bit 2i / 2i + 1. */
-RLXC_INLINE void k_nibbles64(const uint8_t *qs, __m256i *lo, __m256i *hi) {
-    const __m256i q = _mm256_loadu_si256((const __m256i *)qs), m4 = _mm256_set1_epi8(0x0F);
-    *lo = _mm256_and_si256(q, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-}
-RLXC_INLINE void q4_k_quants64(const block_q4_k *b, const int i, __m256i *lo, __m256i *hi) {
-    k_nibbles64(b->qs + 32 * i, lo, hi);
-}
-RLXC_INLINE __m256i q5_k_fifth(__m256i qh, const int j) {
-    const __m256i bit = _mm256_set1_epi8((char)(1 << j));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(0x10));
-}
-RLXC_INLINE void q5_k_quants64(const block_q5_k *b, const int i, __m256i *lo, __m256i *hi) {
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
-    k_nibbles64(b->qs + 32 * i, lo, hi);
-    *lo = _mm256_or_si256(*lo, q5_k_fifth(qh, 2 * i)), *hi = _mm256_or_si256(*hi, q5_k_fifth(qh, 2 * i + 1));
-}
 
 /* Sub-block j (32 quants) contributes sc[j] * (q . x) - m[j] * sum(x) at the super-block's
  * scales d and dmin. The q . x pairs (maddubs: within 2 * 31 * 128) widen to int32 in the madd
@@ -124,29 +106,6 @@ DEFINE_K_MIN_TILE(q4_k_tile, block_q4_k, q4_k_quants64)
 DEFINE_K_MIN_TILE(q5_k_tile, block_q5_k, q5_k_quants64)
 
 /* ---- Q2_K, Q3_K, Q6_K: 16 sub-blocks of 16 ---- */
-
-/* Quants 32v .. 32v+32 of a block, unsigned (Q3_K's -4 and Q6_K's -32 come back through
- * bsums). Q2_K / Q3_K (v = 4h + k): bits 2k, 2k+1 of qs[32h ..], Q3_K's third bit (4) from bit
- * v of hmask[l]; Q6_K: the low 4 bits from ql, the top 2 from bits 2k, 2k+1 of qh (layouts in
- * kernels.h). */
-RLXC_INLINE __m256i k_2bit(const uint8_t *qs, const int v) {
-    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (v / 4)));
-    return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (v % 4)), _mm256_set1_epi8(3));
-}
-RLXC_INLINE __m256i q2_k_quants(const block_q2_k *b, const int v) { return k_2bit(b->qs, v); }
-RLXC_INLINE __m256i q3_k_quants(const block_q3_k *b, const int v) {
-    const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask), bit = _mm256_set1_epi8((char)(1 << v));
-    return _mm256_or_si256(k_2bit(b->qs, v), _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit),
-                                                            _mm256_set1_epi8(4)));
-}
-RLXC_INLINE __m256i q6_k_quants(const block_q6_k *b, const int v) {
-    const int h = v / 4, k = v % 4;
-    __m256i lo = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
-    if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
-    __m256i hi = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-    hi = 2 * k <= 4 ? _mm256_slli_epi16(hi, 4 - 2 * k) : _mm256_srli_epi16(hi, 2 * k - 4); /* to bits 4, 5 */
-    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
-}
 
 /* A super-block's int32 sums -> the float accumulator: Q3_K / Q6_K take off their offset
  * first (exact in int32) and scale by d; Q2_K subtracts its mins at dmin. */
@@ -289,11 +248,11 @@ RLXC_DEFINE_QMATMUL(rlxc_matmul_q4_1_avx2, block_q4_1, q4_1_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_q5_1_avx2, block_q5_1, q5_1_tile, 4, 2, 3)
 RLXC_DEFINE_QMATMUL(rlxc_matmul_iq4_nl_avx2, block_iq4_nl, iq4_nl_tile, 4, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_iq4_xs_avx2, block_iq4_xs, block_q8_k, RLXC_QK_K, iq4_xs_tile, 2, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q2_k_avx2, block_q2_k, block_q8_k, RLXC_QK_K, q2_k_tile, 1, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q3_k_avx2, block_q3_k, block_q8_k, RLXC_QK_K, q3_k_tile, 1, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_avx2, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 1, 2, 3)
-RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q2_k_tiles_avx2, block_q2_k, block_q8_k, RLXC_QK_K, q2_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q3_k_tiles_avx2, block_q3_k, block_q8_k, RLXC_QK_K, q3_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q4_k_tiles_avx2, block_q4_k, block_q8_k, RLXC_QK_K, q4_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q5_k_tiles_avx2, block_q5_k, block_q8_k, RLXC_QK_K, q5_k_tile, 1, 2, 3)
+RLXC_DEFINE_MATMUL(rlxc_matmul_q6_k_tiles_avx2, block_q6_k, block_q8_k, RLXC_QK_K, q6_k_tile, 1, 2, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_f16_avx2, rlxc_fp16, float, 1, f16_tile, 4, 4, 3)
 RLXC_DEFINE_MATMUL(rlxc_matmul_bf16_avx2, rlxc_bf16, float, 1, bf16_tile, 4, 4, 3)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_0_avx2, rlxc_matmul_q5_0_avx2)
@@ -301,11 +260,11 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_q4_1_avx2, rlxc_matmul_q4_1_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_q5_1_avx2, rlxc_matmul_q5_1_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_nl_avx2, rlxc_matmul_iq4_nl_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_iq4_xs_avx2, rlxc_matmul_iq4_xs_avx2)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q2_k_avx2, rlxc_matmul_q2_k_avx2)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q3_k_avx2, rlxc_matmul_q3_k_avx2)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_avx2)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q5_k_avx2, rlxc_matmul_q5_k_avx2)
-RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q2_k_avx2, rlxc_matmul_q2_k_tiles_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q3_k_avx2, rlxc_matmul_q3_k_tiles_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q4_k_avx2, rlxc_matmul_q4_k_tiles_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q5_k_avx2, rlxc_matmul_q5_k_tiles_avx2)
+RLXC_DEFINE_MATVEC(rlxc_matvec_q6_k_avx2, rlxc_matmul_q6_k_tiles_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_f16_avx2, rlxc_matmul_f16_avx2)
 RLXC_DEFINE_MATVEC(rlxc_matvec_bf16_avx2, rlxc_matmul_bf16_avx2)
 

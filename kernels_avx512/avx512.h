@@ -20,15 +20,12 @@ void rlxc_matmul_q4_0_pairs_avx512(float *y, int ldy, const void *w, const void 
 void rlxc_matmul_q8_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 /* Q5_0 in 4-row tiles (wtypes.c): decode, and the Q5_0 GEMM below 8 tokens. */
 void rlxc_matmul_q5_0_rows_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
-/* The 256-blocks in register tiles over the GGUF rows (wtypes.c): decode, and the GEMMs of gemm.c
- * below KQ_MIN_T tokens. */
-#define RLXC_DECLARE_KQ_TILES(type) \
-    void rlxc_matmul_##type##_tiles_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
-RLXC_DECLARE_KQ_TILES(q2_k)
-RLXC_DECLARE_KQ_TILES(q3_k)
-RLXC_DECLARE_KQ_TILES(q4_k)
-RLXC_DECLARE_KQ_TILES(q5_k)
-RLXC_DECLARE_KQ_TILES(q6_k)
-RLXC_DECLARE_KQ_TILES(iq4_xs)
+/* The 256-blocks in register tiles (wtypes.c; avx2.h says what for). */
+RLXC_DECLARE_KQ_TILES(q2_k, avx512)
+RLXC_DECLARE_KQ_TILES(q3_k, avx512)
+RLXC_DECLARE_KQ_TILES(q4_k, avx512)
+RLXC_DECLARE_KQ_TILES(q5_k, avx512)
+RLXC_DECLARE_KQ_TILES(q6_k, avx512)
+RLXC_DECLARE_KQ_TILES(iq4_xs, avx512)
 
 #endif

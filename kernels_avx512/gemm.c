@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "avx512.h"
-#include "kquants.h"
-#include "../kernels_avx2/iq4.h"
+#include "../kernels_avx2/kq_form.h"
 
 #define IL_ROWS 32 /* two halves of 16, */
 #define IL_C 6 /* tokens per register tile (16 weight + 12 accumulator registers), */
@@ -254,136 +253,29 @@ DEFINE_X16_MATMUL(q4_0, 16, 8)
 DEFINE_X16_MATMUL(q8_0, 32, 128)
 
 /* ---- the 256-blocks (Q2_K .. Q6_K, IQ4_XS) x Q8_K ----
- * Every type is first brought to one form per super-block and row: 256 unsigned quants q, 16
- * sub-block scales sc[j] and mins m[j] (int) and two floats d, dmin, with weight
- *   w = d * sc[j] * q - dmin * m[j]   (element in sub-block j of 16).
- * Q4_K / Q5_K / IQ4_XS repeat each scale of their sub-blocks of 32; the types with signed quants
- * take an offset (Q3_K + 4, Q6_K + 32, IQ4_XS levels + 128) and return it as m[j] = offset *
- * sc[j] at dmin = d. 16 rows are then interleaved as in the Q8_0 tile above (lane r: row r), so
- * vpdpbusd multiplies 16 rows by one broadcast activation dword, each sub-block's int32 dot is
- * scaled in float by d * sc[j] for all 16 rows at once, and the mins meet Q8_K's bsums in
- * vpdpwssd. What the register tiles of wtypes.c pay per row and token (unpacking, scale
+ * Each row's super-block in the common form of kernels_avx2/kq_form.h (unsigned quants, 16
+ * sub-block scales and mins, d, dmin), 16 rows interleaved as in the Q8_0 tile above (lane r:
+ * row r), so vpdpbusd multiplies 16 rows by one broadcast activation dword, each sub-block's
+ * int32 dot is scaled in float by d * sc[j] for all 16 rows at once, and the mins meet Q8_K's
+ * bsums in vpdpwssd. What the register tiles of wtypes.c pay per row and token (unpacking, scale
  * shuffles, one float reduction per row) is paid here once per 16 rows. */
 
+#define KQ_ROWS 32
 #define KQ_C 4 /* tokens per register tile (2 x 4 float accumulators, 2 x 4 sub-block sums, 8 weights) */
 #define KQ_C2 2
-#define KQ_MIN_T 16 /* fewer tokens do not pay for the packing */
 
-/* One super-block of 16 rows: w[g] lane r = row r's quants 4g .. 4g + 3; sc[j] = d * sc[j], m[k]
- * = (m[2k], m[2k + 1]) as int16 pairs, dmin per row. */
-typedef struct {
-    __m512i w[64];
-    __m512 sc[16];
-    __m512i m[8];
-    __m512 dmin;
-} kq_half;
-typedef struct {
-    kq_half h[2];
-} kq_block;
+KQ_DEFINE_BLOCK(__m512i, __m512)
 
-/* One row's super-block in the common form. */
-typedef struct {
-    uint8_t q[RLXC_QK_K];
-    int16_t sc[16], m[16];
-    float d, dmin;
-} kq_row;
-
-RLXC_INLINE void kq_store_quants(kq_row *o, __m512i q0, __m512i q1, __m512i q2, __m512i q3) {
-    _mm512_storeu_si512(o->q, q0), _mm512_storeu_si512(o->q + 64, q1);
-    _mm512_storeu_si512(o->q + 128, q2), _mm512_storeu_si512(o->q + 192, q3);
-}
-
-/* Scales of sub-blocks of 32 (s8[0..8), m8: mins, or NULL and offset * scale). */
-RLXC_INLINE void kq_scales32(kq_row *o, const int *s8, const int *m8, int offset) {
-    for (int j = 0; j < 16; j++) o->sc[j] = (int16_t)s8[j / 2], o->m[j] = (int16_t)(m8 ? m8[j / 2] : offset * s8[j / 2]);
-}
-
-static void kq_unpack_q4_k(kq_row *o, const void *vb) {
-    const block_q4_k *b = vb;
-    uint8_t sm[16];
-    int s8[8], m8[8];
-    kq_store_quants(o, q4_k_quants(b, 0), q4_k_quants(b, 1), q4_k_quants(b, 2), q4_k_quants(b, 3));
-    rlxc_q4_k_scales(sm, b->scales);
-    for (int j = 0; j < 8; j++) s8[j] = sm[j], m8[j] = sm[8 + j];
-    kq_scales32(o, s8, m8, 0);
-    o->d = rlxc_h2f(b->d), o->dmin = rlxc_h2f(b->dmin);
-}
-
-static void kq_unpack_q5_k(kq_row *o, const void *vb) {
-    const block_q5_k *b = vb;
-    uint8_t sm[16];
-    int s8[8], m8[8];
-    kq_store_quants(o, q5_k_quants(b, 0), q5_k_quants(b, 1), q5_k_quants(b, 2), q5_k_quants(b, 3));
-    rlxc_q4_k_scales(sm, b->scales);
-    for (int j = 0; j < 8; j++) s8[j] = sm[j], m8[j] = sm[8 + j];
-    kq_scales32(o, s8, m8, 0);
-    o->d = rlxc_h2f(b->d), o->dmin = rlxc_h2f(b->dmin);
-}
-
-static void kq_unpack_iq4_xs(kq_row *o, const void *vb) {
-    const block_iq4_xs *b = vb;
-    int s8[8];
-    for (int j = 0; j < 8; j++) {
-        _mm256_storeu_si256((__m256i *)(o->q + 32 * j), iq4_levels_biased(b->qs + 16 * j));
-        s8[j] = rlxc_iq4_xs_scale(b, j);
-    }
-    kq_scales32(o, s8, NULL, 128);
-    o->d = o->dmin = rlxc_h2f(b->d);
-}
-
-static void kq_unpack_q2_k(kq_row *o, const void *vb) {
-    const block_q2_k *b = vb;
-    kq_store_quants(o, q2_k_quants(b, 0), q2_k_quants(b, 1), q2_k_quants(b, 2), q2_k_quants(b, 3));
-    for (int j = 0; j < 16; j++) o->sc[j] = b->scales[j] & 0x0F, o->m[j] = b->scales[j] >> 4;
-    o->d = rlxc_h2f(b->d), o->dmin = rlxc_h2f(b->dmin);
-}
-
-static void kq_unpack_q3_k(kq_row *o, const void *vb) {
-    const block_q3_k *b = vb;
-    int8_t sc[16];
-    kq_store_quants(o, q3_k_quants(b, 0), q3_k_quants(b, 1), q3_k_quants(b, 2), q3_k_quants(b, 3));
-    rlxc_q3_k_scales(sc, b->scales);
-    for (int j = 0; j < 16; j++) o->sc[j] = sc[j], o->m[j] = (int16_t)(4 * sc[j]);
-    o->d = o->dmin = rlxc_h2f(b->d);
-}
-
-static void kq_unpack_q6_k(kq_row *o, const void *vb) {
-    const block_q6_k *b = vb;
-    kq_store_quants(o, q6_k_quants(b, 0), q6_k_quants(b, 1), q6_k_quants(b, 2), q6_k_quants(b, 3));
-    for (int j = 0; j < 16; j++) o->sc[j] = b->scales[j], o->m[j] = (int16_t)(32 * b->scales[j]);
-    o->d = o->dmin = rlxc_h2f(b->d);
-}
-
-/* Tile rows row0 .. row0 + nr (nr <= 32; the rest zero) of nb super-blocks of block_bytes each,
- * into dst[nb]. */
-static void kq_pack(kq_block *dst, const void *w, size_t block_bytes, void (*unpack)(kq_row *, const void *), int row0,
-                    int nb, int nr) {
-    kq_row rows[16];
-    for (int h = 0; h < 2; h++) {
-        const int n = nr - 16 * h < 0 ? 0 : nr - 16 * h < 16 ? nr - 16 * h : 16;
-        memset(rows, 0, sizeof rows);
-        for (int b = 0; b < nb; b++) {
-            kq_half *o = &dst[b].h[h];
-            for (int r = 0; r < n; r++)
-                unpack(&rows[r], (const uint8_t *)w + ((size_t)(row0 + 16 * h + r) * nb + b) * block_bytes);
-            for (int k = 0; k < RLXC_QK_K / 16; k++) {
-                __m512i z[4];
-                load_transposed(z, rows[0].q + 16 * k, sizeof(kq_row), 16);
-                for (int g = 0; g < 4; g++) _mm512_store_si512(&o->w[4 * k + g], z[g]);
-            }
-            float sc[16][16], dmin[16];
-            int32_t m[8][16];
-            for (int r = 0; r < 16; r++) {
-                for (int j = 0; j < 16; j++) sc[j][r] = rows[r].d * (float)rows[r].sc[j];
-                for (int k = 0; k < 8; k++) m[k][r] = (int32_t)((uint16_t)rows[r].m[2 * k] | (uint32_t)(uint16_t)rows[r].m[2 * k + 1] << 16);
-                dmin[r] = rows[r].dmin;
-            }
-            for (int j = 0; j < 16; j++) o->sc[j] = _mm512_loadu_ps(sc[j]);
-            for (int k = 0; k < 8; k++) o->m[k] = _mm512_loadu_si512(m[k]);
-            o->dmin = _mm512_loadu_ps(dmin);
-        }
+/* Lane r of w[g] = dword g of row r's quants, 16 bytes of every row at a time (the transposes
+ * above). */
+RLXC_INLINE void kq_interleave(kq_half *o, const kq_row rows[16]) {
+    for (int k = 0; k < RLXC_QK_K / 16; k++) {
+        __m512i z[4];
+        load_transposed(z, rows[0].q + 16 * k, sizeof(kq_row), 16);
+        for (int g = 0; g < 4; g++) _mm512_store_si512(&o->w[4 * k + g], z[g]);
     }
 }
+KQ_DEFINE_PACK(16)
 
 /* 32 rows x C tokens: y[t * ldy + r] for r < nr. Per super-block and token, each half's sub-block
  * dots (4 vpdpbusd each) are scaled into a float sum, the mins subtracted from it, and the sum
@@ -435,42 +327,10 @@ RLXC_INLINE void kq_tile(float *y, int ldy, const kq_block *wp, const block_q8_k
     }
 }
 
-/* il_gemm's panels and token chunks (il_gemm.h) around kq_tile. Returns 0 if out of memory. */
-static int kq_gemm(float *y, int ldy, const void *w, const block_q8_k *x, int N, int K, int T, size_t block_bytes,
-                   void (*unpack)(kq_row *, const void *)) {
-    const int nb = K / RLXC_QK_K, n_tiles = (N + 31) / 32;
-    const size_t tile_bytes = (size_t)nb * sizeof(kq_block);
-    int panel = (int)(IL_PANEL_BYTES / tile_bytes);
-    panel = panel < 1 ? 1 : panel > n_tiles ? n_tiles : panel;
-    kq_block *wp = rlxc_thread_scratch(panel * tile_bytes);
-    if (!wp) return 0;
-    for (int p0 = 0; p0 < n_tiles; p0 += panel) {
-        const int p1 = p0 + panel < n_tiles ? p0 + panel : n_tiles;
-        for (int p = p0; p < p1; p++)
-            kq_pack(wp + (size_t)(p - p0) * nb, w, block_bytes, unpack, 32 * p, nb, N - 32 * p < 32 ? N - 32 * p : 32);
-        for (int t0 = 0; t0 < T; t0 += IL_TCHUNK) {
-            const int t1 = T - t0 < IL_TCHUNK ? T : t0 + IL_TCHUNK;
-            for (int p = p0; p < p1; p++) {
-                const kq_block *tile = wp + (size_t)(p - p0) * nb;
-                const int n = 32 * p, nr = N - n < 32 ? N - n : 32;
-                int t = t0;
-                for (; t + KQ_C <= t1; t += KQ_C) kq_tile(y + (size_t)t * ldy + n, ldy, tile, x + (size_t)t * nb, nb, nr, KQ_C);
-                for (; t + KQ_C2 <= t1; t += KQ_C2) kq_tile(y + (size_t)t * ldy + n, ldy, tile, x + (size_t)t * nb, nb, nr, KQ_C2);
-                for (; t < t1; t++) kq_tile(y + (size_t)t * ldy + n, ldy, tile, x + (size_t)t * nb, nb, nr, 1);
-            }
-        }
-    }
-    return 1;
-}
-
-#define DEFINE_KQ_MATMUL(type)                                                                                 \
-    void rlxc_matmul_##type##_avx512(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) { \
-        if (T < KQ_MIN_T || !kq_gemm(y, ldy, w, xq, N, K, T, sizeof(block_##type), kq_unpack_##type))         \
-            rlxc_matmul_##type##_tiles_avx512(y, ldy, w, xq, N, K, T);                                         \
-    }
-DEFINE_KQ_MATMUL(q2_k)
-DEFINE_KQ_MATMUL(q3_k)
-DEFINE_KQ_MATMUL(q4_k)
-DEFINE_KQ_MATMUL(q5_k)
-DEFINE_KQ_MATMUL(q6_k)
-DEFINE_KQ_MATMUL(iq4_xs)
+KQ_DEFINE_GEMM
+KQ_DEFINE_MATMUL(q2_k, avx512)
+KQ_DEFINE_MATMUL(q3_k, avx512)
+KQ_DEFINE_MATMUL(q4_k, avx512)
+KQ_DEFINE_MATMUL(q5_k, avx512)
+KQ_DEFINE_MATMUL(q6_k, avx512)
+KQ_DEFINE_MATMUL(iq4_xs, avx512)
