@@ -1,0 +1,47 @@
+#!/bin/bash
+# A/B of two rlxc trees on the random Llama Q4_0 (hidden 4096, ffn 14336, 4 layers), on a
+# many-core machine without network (the `device` machine), whole in one command (~4 minutes on
+# 16 cores), from the checkout's root:
+#   bash benchmarks/device_ab.sh DIR [threads, default 1,2,16] [rounds, default 3]
+# DIR (ignored by git, named in the device tool's carry) holds rlxc.tgz and rlxc_old.tgz (git
+# archive of each tree), llamacpp.tgz (for its gguf-py; see device16.sh) and the libsleef debs.
+# Prints pp256 / tg32 (medians of 2 / 3 timings) per round, thread count and tree, the trees
+# taking turns, so that a change is measured on one host against the VM's noise.
+D=$(cd "$1" && pwd); T=${2:-1,2,16}; ROUNDS=${3:-3}; W=/tmp/w; mkdir -p $W /tmp/sleef
+for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
+I=/tmp/sleef/usr/include/x86_64-linux-gnu; L=/tmp/sleef/usr/lib/x86_64-linux-gnu
+export C_INCLUDE_PATH=$I LIBRARY_PATH=$L LD_LIBRARY_PATH=$L CFLAGS=-I$I LDFLAGS=-L$L
+for v in rlxc rlxc_old; do
+  mkdir -p $W/$v && tar xzf $D/$v.tgz -C $W/$v
+  (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail $W/pip_$v.log; exit 1; } &
+done; wait
+mkdir -p $W/gg && tar xzf $D/llamacpp.tgz -C $W/gg llama.cpp/gguf-py
+PYTHONPATH=$W/gg/llama.cpp/gguf-py:$W/pkg_rlxc python3 - <<PY || exit 1
+import sys, torch, transformers as tf, rlxc
+sys.path.insert(0, "$W/rlxc/benchmarks")
+from gguf_export import write_llama_gguf
+torch.manual_seed(0)
+cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=4,
+                     num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, tie_word_embeddings=False)
+with torch.no_grad():
+    m = tf.LlamaForCausalLM(cfg).eval()
+write_llama_gguf(rlxc.from_hf(m, weights="q4_0", max_seq=1024), "$W/m.gguf", 10000.0)
+PY
+cat > $W/one.py <<'PY'
+import sys, time, statistics, numpy as np, rlxc
+path, t = sys.argv[1], int(sys.argv[2])
+m = rlxc.load(path, threads=t, max_seq=1024)
+ids = np.random.default_rng(0).integers(3, m.vocab_size, 256)
+def fpp():
+    m.reset(); t0 = time.perf_counter(); m.prefill(ids, logits="last"); return 256 / (time.perf_counter() - t0)
+def ftg():
+    m.reset(); tok = 1; t0 = time.perf_counter()
+    for _ in range(32):
+        tok = int(np.argmax(m.decode(tok)))
+    return 32 / (time.perf_counter() - t0)
+fpp(); ftg()
+print(f"pp {statistics.median(fpp() for _ in range(2)):.2f} tg {statistics.median(ftg() for _ in range(3)):.2f}")
+PY
+for r in $(seq $ROUNDS); do for t in ${T//,/ }; do for v in rlxc rlxc_old; do
+  echo "round $r t=$t $v $(PYTHONPATH=$W/pkg_$v python3 $W/one.py $W/m.gguf $t 2>&1)"
+done; done; done
