@@ -168,6 +168,23 @@ def test_quantize_folder_then_gguf(tiny, capsys):
     assert not os.path.exists(out4 + ".part")
 
 
+def test_quantize_to_k_quants(tmp_path, capsys):
+    """--type q4_k / q5_k: rows of whole 256-blocks in that type, the others in q5_1 (llama.cpp's
+    fallback); the file runs and agrees with the model quantized in memory."""
+    import test_hf_parity as P
+    src = str(tmp_path / "f32.gguf")
+    rlxc.save(rlxc.from_hf(P.build("llama", hidden_size=256, intermediate_size=544, head_dim=64,
+                                   num_hidden_layers=1)), src)
+    for t in ("q4_k", "q5_k"):
+        out = str(tmp_path / f"{t}.gguf")
+        assert cli.main(["quantize", src, out, "--type", t]) == 0
+        assert f"{t} x" in capsys.readouterr().out
+        m = rlxc.load(out)
+        assert m.layers[0].weight_type("q_proj") == t and m.layers[0].weight_type("down_proj") == "q5_1"
+        ids = np.arange(1, 9)
+        np.testing.assert_array_equal(m.forward(ids), rlxc.load(src, weights=t).forward(ids))
+
+
 # ----------------------------------------------------------------------------- compare
 
 def test_compare_gguf_and_folder(tiny, tmp_path, capsys):
