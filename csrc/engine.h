@@ -120,6 +120,9 @@ typedef struct {
     size_t cap_states;
     float *probs;   /* attention weights of a tapped attn_probs stage: [T][num_q_heads][n_keys] */
     size_t cap_probs;
+    float *moe;     /* the widest mixture-of-experts layer's buffers (rlxc_moe_scratch) */
+    int *moe_idx;
+    size_t cap_moe, cap_moe_idx;
 } rlxc_scratch;
 
 struct rlxc_pipeline {
@@ -182,5 +185,18 @@ int rlxc_pipeline_seek(rlxc_pipeline *p, int pos, int *n_past, char *err);
  * read and written by the thread that owns them in rlxc_team_share(T, 1). */
 void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
                           float *layer_out, int layer_out_T);
+
+/* The layer's activation over x[n] in place. */
+void rlxc_activate(const rlxc_layer *l, float *x, size_t n);
+
+/* Mixture of experts (moe.c). Floats and ints of scratch a call of T tokens of layer l needs
+ * (0 for a dense layer). */
+void rlxc_moe_scratch(const rlxc_layer *l, int T, size_t *floats, size_t *ints);
+/* Whether an expert's rows of slot s are whole groups of the repacked copy (else it is not packed). */
+int rlxc_moe_packable(const rlxc_layer *l, rlxc_wslot s);
+/* Whole team: the experts' part of layer li's FFN for x[T][H] (resid_mid), xa its FFN norm
+ * (mlp_in); returns the output [T][H], this thread's tokens (rlxc_team_share(T, 1)) written when it
+ * returns. Starts with a barrier, so the products before it may still be running. */
+float *rlxc_moe(rlxc_pipeline *p, const rlxc_team *tm, int li, const float *x, const float *xa, int T);
 
 #endif

@@ -56,6 +56,11 @@ static const char *const slot_names[RLXC_W_COUNT] = {
     [RLXC_W_STEER_PRE] = "steer_resid_pre", [RLXC_W_STEER_MID] = "steer_resid_mid",
     [RLXC_W_STEER_POST] = "steer_resid_post",
     [RLXC_W_HEAD_SCALE] = "head_scale",    [RLXC_W_NEURON_SCALE] = "neuron_scale",
+    [RLXC_W_ROUTER] = "router",            [RLXC_W_GATE_EXPS] = "gate_exps",
+    [RLXC_W_UP_EXPS] = "up_exps",          [RLXC_W_DOWN_EXPS] = "down_exps",
+    [RLXC_W_EXPERT_SCALE] = "expert_scale", [RLXC_W_ROUTER_NORM] = "router_norm",
+    [RLXC_W_MOE_NORM] = "moe_norm",        [RLXC_W_SHARED_GATE] = "shared_gate",
+    [RLXC_W_DENSE_POST_NORM] = "dense_post_norm", [RLXC_W_MOE_POST_NORM] = "moe_post_norm",
 };
 
 const char *rlxc_wslot_name(rlxc_wslot s) { return s >= 0 && s < RLXC_W_COUNT ? slot_names[s] : "?"; }
@@ -69,7 +74,8 @@ int rlxc_wslot_from_name(const char *name) {
 int rlxc_wslot_is_matrix(rlxc_wslot s) {
     switch (s) {
     case RLXC_W_Q: case RLXC_W_K: case RLXC_W_V: case RLXC_W_O: case RLXC_W_GATE: case RLXC_W_UP:
-    case RLXC_W_DOWN: case RLXC_W_PLE_GATE: case RLXC_W_PLE_PROJ:
+    case RLXC_W_DOWN: case RLXC_W_PLE_GATE: case RLXC_W_PLE_PROJ: case RLXC_W_ROUTER: case RLXC_W_GATE_EXPS:
+    case RLXC_W_UP_EXPS: case RLXC_W_DOWN_EXPS:
         return 1;
     default:
         return 0;
@@ -78,7 +84,7 @@ int rlxc_wslot_is_matrix(rlxc_wslot s) {
 
 void rlxc_wslot_shape(const rlxc_layer *l, rlxc_wslot s, int *rows, int *cols) {
     const int H = l->hidden_size, I = l->intermediate_size, hd = l->head_dim;
-    const int Q = l->num_q_heads * hd, KV = l->num_kv_heads * hd, P = l->ple_dim;
+    const int Q = l->num_q_heads * hd, KV = l->num_kv_heads * hd, P = l->ple_dim, E = l->num_experts;
     int r = 1, c = H;
     switch (s) {
     case RLXC_W_Q: r = Q; break;
@@ -95,6 +101,10 @@ void rlxc_wslot_shape(const rlxc_layer *l, rlxc_wslot s, int *rows, int *cols) {
     case RLXC_W_ROPE_FREQ_FACTORS: c = l->rotary_dim / 2; break;
     case RLXC_W_HEAD_SCALE: c = l->num_q_heads; break;
     case RLXC_W_NEURON_SCALE: c = I; break;
+    case RLXC_W_ROUTER: r = E; break;
+    case RLXC_W_GATE_EXPS: case RLXC_W_UP_EXPS: r = E * l->expert_intermediate_size; break;
+    case RLXC_W_DOWN_EXPS: r = E * H; c = l->expert_intermediate_size; break;
+    case RLXC_W_EXPERT_SCALE: c = E; break;
     default: break; /* norms and hidden-sized biases: [hidden] */
     }
     *rows = r;
@@ -103,11 +113,11 @@ void rlxc_wslot_shape(const rlxc_layer *l, rlxc_wslot s, int *rows, int *cols) {
 
 int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s) {
     const int own_kv = l->kv_shared_from < 0, ln = l->norm_type == RLXC_LAYERNORM;
-    const int gated = l->ffn_type == RLXC_GATED;
+    const int gated = l->ffn_type == RLXC_GATED, dense = l->intermediate_size > 0, moe = l->num_experts > 0;
     switch (s) {
-    case RLXC_W_ATTN_NORM: case RLXC_W_Q: case RLXC_W_O: case RLXC_W_FFN_NORM: case RLXC_W_UP:
-    case RLXC_W_DOWN:
+    case RLXC_W_ATTN_NORM: case RLXC_W_Q: case RLXC_W_O: case RLXC_W_FFN_NORM:
         return 1;
+    case RLXC_W_UP: case RLXC_W_DOWN: return dense;
     case RLXC_W_ATTN_NORM_B: return ln && l->input_norm_bias;
     case RLXC_W_FFN_NORM_B: return ln && l->post_attn_norm_bias;
     case RLXC_W_Q_B: return l->qkv_bias;
@@ -119,15 +129,19 @@ int rlxc_wslot_used(const rlxc_layer *l, rlxc_wslot s) {
     case RLXC_W_Q_NORM: return l->has_qk_norm;
     case RLXC_W_K_NORM: return l->has_qk_norm && own_kv;
     case RLXC_W_ATTN_POST_NORM: case RLXC_W_FFN_POST_NORM: return l->sandwich_norm;
-    case RLXC_W_GATE: return gated;
-    case RLXC_W_GATE_B: return gated && l->ffn_up_bias;
-    case RLXC_W_UP_B: return l->ffn_up_bias;
-    case RLXC_W_DOWN_B: return l->ffn_down_bias;
+    case RLXC_W_GATE: return dense && gated;
+    case RLXC_W_GATE_B: return dense && gated && l->ffn_up_bias;
+    case RLXC_W_UP_B: return dense && l->ffn_up_bias;
+    case RLXC_W_DOWN_B: return dense && l->ffn_down_bias;
+    case RLXC_W_ROUTER: case RLXC_W_GATE_EXPS: case RLXC_W_UP_EXPS: case RLXC_W_DOWN_EXPS: return moe;
+    case RLXC_W_EXPERT_SCALE: case RLXC_W_ROUTER_NORM: case RLXC_W_MOE_NORM: case RLXC_W_MOE_POST_NORM:
+        return moe && l->w[s].data != NULL;
+    case RLXC_W_SHARED_GATE: case RLXC_W_DENSE_POST_NORM: return moe && dense && l->w[s].data != NULL;
     case RLXC_W_PLE_GATE: case RLXC_W_PLE_PROJ: case RLXC_W_PLE_NORM: return l->ple_dim > 0;
     case RLXC_W_ROPE_FREQ_FACTORS: return l->rotary_dim > 0 && l->w[s].data != NULL;
     case RLXC_W_STEER_PRE: case RLXC_W_STEER_MID: case RLXC_W_STEER_POST: case RLXC_W_HEAD_SCALE:
-    case RLXC_W_NEURON_SCALE:
         return l->w[s].data != NULL; /* interventions: on when set */
+    case RLXC_W_NEURON_SCALE: return dense && l->w[s].data != NULL;
     default: return 0;
     }
 }
@@ -308,7 +322,23 @@ static int check_fields(const rlxc_layer *l, char *err) {
     if (!(l->eps > 0.0f) || !isfinite(l->eps)) FAIL("eps must be a positive finite number, got %g", l->eps);
     if (!isfinite(l->attn_scale)) FAIL("attn_scale must be finite, got %g", l->attn_scale);
     if (l->hidden_size <= 0) FAIL("hidden_size must be > 0, got %d", l->hidden_size);
-    if (l->intermediate_size <= 0) FAIL("intermediate_size must be > 0, got %d", l->intermediate_size);
+    if (l->num_experts < 0) FAIL("num_experts must be >= 0 (0 = a dense FFN only), got %d", l->num_experts);
+    if (l->intermediate_size < 0 || (l->intermediate_size == 0 && l->num_experts == 0))
+        FAIL("intermediate_size must be > 0%s, got %d", l->num_experts ? " or 0 (no dense FFN beside the experts)" : "",
+             l->intermediate_size);
+    if (l->num_experts > 0) {
+        if (l->num_experts_used < 1 || l->num_experts_used > l->num_experts)
+            FAIL("num_experts_used must be in [1, num_experts=%d], got %d", l->num_experts, l->num_experts_used);
+        if (l->expert_intermediate_size <= 0)
+            FAIL("expert_intermediate_size must be > 0 with num_experts > 0, got %d", l->expert_intermediate_size);
+        if (l->ffn_type != RLXC_GATED) FAIL("experts are gated FFNs: num_experts > 0 needs ffn_type GATED");
+        /* stacked expert matrices have num_experts times the rows of one, in an int */
+        const long long most = l->hidden_size > l->expert_intermediate_size ? l->hidden_size : l->expert_intermediate_size;
+        if ((long long)l->num_experts * most > 2147483647LL)
+            FAIL("num_experts * max(hidden_size, expert_intermediate_size) (%d * %lld) must be < 2**31", l->num_experts, most);
+    } else if (l->num_experts_used < 0 || l->expert_intermediate_size < 0) {
+        FAIL("num_experts_used and expert_intermediate_size must be >= 0");
+    }
     if (l->head_dim <= 0) FAIL("head_dim must be > 0, got %d", l->head_dim);
     if (l->num_q_heads <= 0) FAIL("num_q_heads must be > 0, got %d", l->num_q_heads);
     if (l->num_kv_heads <= 0) FAIL("num_kv_heads must be > 0, got %d", l->num_kv_heads);

@@ -24,6 +24,8 @@ void rlxc_pipeline_free(rlxc_pipeline *p) {
     free(p->s.scores);
     free(p->s.states);
     free(p->s.probs);
+    free(p->s.moe);
+    free(p->s.moe_idx);
     free(p->tap_masks);
     free(p);
 }
@@ -222,7 +224,8 @@ static int regrow(void **slot, size_t bytes) {
 /* The widest input a product of layer l takes: hidden, heads x head_dim, the FFN or the PLE. */
 static size_t widest_input(const rlxc_layer *l) {
     const size_t widths[] = {(size_t)l->hidden_size, (size_t)l->num_q_heads * l->head_dim,
-                             (size_t)l->intermediate_size, (size_t)l->ple_dim};
+                             (size_t)l->intermediate_size, (size_t)l->ple_dim,
+                             (size_t)(l->num_experts ? l->expert_intermediate_size : 0)};
     size_t most = 0;
     for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) most = widths[k] > most ? widths[k] : most;
     return most;
@@ -274,7 +277,16 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
     }
     const int nth = n_threads > 1 ? n_threads : 1;
     const size_t need = (max_floats_per_token(p) + extra_floats) * (size_t)T + rope;
-    const size_t need_xq = rlxc_xin_scratch_bytes((int)max_in, T, nth);
+    size_t need_xq = rlxc_xin_scratch_bytes((int)max_in, T, nth), need_moe = 0, need_moe_idx = 0;
+    for (int i = 0; i < p->n_layers; i++) { /* the experts' inputs: a row per token and chosen expert */
+        const rlxc_layer *l = p->layers[i];
+        size_t f, n;
+        rlxc_moe_scratch(l, T, &f, &n);
+        need_moe = f > need_moe ? f : need_moe;
+        need_moe_idx = n > need_moe_idx ? n : need_moe_idx;
+        const size_t xq = f ? rlxc_xin_scratch_bytes((int)widest_input(l), T * l->num_experts_used, nth) : 0;
+        need_xq = xq > need_xq ? xq : need_xq;
+    }
     const size_t dq_stride = rlxc_dq_scratch_floats((int)max_in, T, p->act), need_dq = dq_stride * nth;
     if (need > s->cap_floats) {
         s->cap_floats = 0;
@@ -300,6 +312,16 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
             FAIL("out of memory for attention scratch");
         s->cap_scores = (size_t)nth * p->scores_stride;
     }
+    if (need_moe > s->cap_moe) {
+        s->cap_moe = 0;
+        if (regrow((void **)&s->moe, need_moe * sizeof(float))) FAIL("out of memory for the experts of %d tokens", T);
+        s->cap_moe = need_moe;
+    }
+    if (need_moe_idx > s->cap_moe_idx) {
+        s->cap_moe_idx = 0;
+        if (regrow((void **)&s->moe_idx, need_moe_idx * sizeof(int))) FAIL("out of memory for the experts of %d tokens", T);
+        s->cap_moe_idx = need_moe_idx;
+    }
     const size_t need_states = states_floats(p, T, nth);
     if (need_states > s->cap_states) {
         s->cap_states = 0;
@@ -311,10 +333,13 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
 
 /* Kernels count elements in int: T times any per-token width is at most RLXC_MAX_COUNT. */
 static int check_call_size(const rlxc_pipeline *p, int T, char *err) {
-    for (int i = 0; i < p->n_layers; i++)
-        if ((size_t)T * widest_input(p->layers[i]) > RLXC_MAX_COUNT)
+    for (int i = 0; i < p->n_layers; i++) {
+        const rlxc_layer *l = p->layers[i];
+        const size_t rows = (size_t)T * (l->num_experts ? l->num_experts_used : 1); /* the experts' rows */
+        if (rows * widest_input(l) > RLXC_MAX_COUNT || (size_t)T * l->num_experts > RLXC_MAX_COUNT)
             FAIL("%d tokens of layer %d's width %zu exceed what one call can hold: split the prefill", T, i,
-                 widest_input(p->layers[i]));
+                 widest_input(l));
+    }
     return 0;
 }
 
@@ -345,7 +370,8 @@ int rlxc_pipeline_begin(rlxc_pipeline *p, int T, size_t extra_floats, int n_thre
     if (p->act == RLXC_ACT_Q8)
         for (int i = 0; i < p->n_layers; i++)
             for (int s = 0; s < RLXC_W_COUNT; s++)
-                if (rlxc_wslot_is_matrix((rlxc_wslot)s)) rlxc_weight_pack(&p->layers[i]->w[s], 1);
+                if (rlxc_wslot_is_matrix((rlxc_wslot)s) && rlxc_moe_packable(p->layers[i], (rlxc_wslot)s))
+                    rlxc_weight_pack(&p->layers[i]->w[s], 1);
     return 0;
 }
 
@@ -383,7 +409,7 @@ static void head_norm(const rlxc_layer *l, float *x, const rlxc_weight *w) {
     rlxc_kernels_active()->rmsnorm(x, x, w ? w->data : NULL, l->qk_norm_offset, l->eps, l->head_dim);
 }
 
-static void activate(const rlxc_layer *l, float *x, size_t n) {
+void rlxc_activate(const rlxc_layer *l, float *x, size_t n) {
     const rlxc_kernels *kn = rlxc_kernels_active();
     if (l->activation == RLXC_SILU) kn->silu(x, x, (int)n);
     else kn->gelu_tanh(x, x, (int)n);
@@ -585,6 +611,30 @@ static void steer(float *x, const rlxc_weight *v, float scale, int n) {
     for (int i = 0; i < n; i++) x[i] += scale * ((const float *)v->data)[i];
 }
 
+/* This thread's tokens of the FFN output b->o: the dense FFN's (if any; a Qwen2-MoE shared expert
+ * gated by sigmoid(shared_gate . mlp_in)) plus the experts' moe, each after its optional norm. */
+static void mix_experts(const rlxc_layer *l, const bufs *b, float *moe, size_t t0, size_t t1) {
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    const rlxc_weight *w = l->w;
+    const int H = l->hidden_size;
+    const float *gate = w[RLXC_W_SHARED_GATE].data;
+    for (size_t t = t0; t < t1; t++) {
+        float *o = b->o + t * H, *m = moe + t * H;
+        if (w[RLXC_W_MOE_POST_NORM].data) norm_row(l, m, m, H, &w[RLXC_W_MOE_POST_NORM], NULL);
+        if (l->intermediate_size == 0) {
+            memcpy(o, m, (size_t)H * sizeof(float));
+            continue;
+        }
+        if (gate) {
+            float dot = 0.0f;
+            for (int d = 0; d < H; d++) dot += gate[d] * b->xa[t * H + d];
+            kn->scale(o, 1.0f / (1.0f + expf(-dot)), H);
+        }
+        if (w[RLXC_W_DENSE_POST_NORM].data) norm_row(l, o, o, H, &w[RLXC_W_DENSE_POST_NORM], NULL);
+        kn->add(o, m, H);
+    }
+}
+
 /* One layer over x[T][H] in place, the whole team; ple: this layer's slice of the first token's
  * inputs, ple_stride floats per token. */
 static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *x, const float *ple,
@@ -647,7 +697,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_tap(p, tm, li, RLXC_STAGE_MLP_IN, b.xa, T, pos0, H);
 
     /* feed-forward block: gate and up split alike, so each thread activates its own rows */
-    {
+    if (I > 0) {
         const int gated = l->ffn_type == RLXC_GATED, ub = l->ffn_up_bias;
         /* gated: f1 = gate, f2 = up; standard: f1 = up */
         const rlxc_product ffn[2] = {{b.f1, &w[gated ? RLXC_W_GATE : RLXC_W_UP],
@@ -658,15 +708,18 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
         const float *neuron_scale = w[RLXC_W_NEURON_SCALE].data;
         for (int t = 0; t < T && r0 < r1; t++) {
             float *f1 = b.f1 + (size_t)t * I + r0;
-            activate(l, f1, (size_t)(r1 - r0));
+            rlxc_activate(l, f1, (size_t)(r1 - r0));
             if (gated) kn->mul(f1, f1, b.f2 + (size_t)t * I + r0, r1 - r0);
             if (neuron_scale) kn->mul(f1, f1, neuron_scale + r0, r1 - r0);
         }
+        rlxc_team_sync(tm);
+        rlxc_tap(p, tm, li, RLXC_STAGE_MLP_ACT, b.f1, T, pos0, I);
+        rlxc_products(p, tm, b.f1, T, (int)I,
+                      &(rlxc_product){b.o, &w[RLXC_W_DOWN], l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL}, 1);
     }
+    float *moe_out = l->num_experts ? rlxc_moe(p, tm, li, x, b.xa, T) : NULL;
     rlxc_team_sync(tm);
-    rlxc_tap(p, tm, li, RLXC_STAGE_MLP_ACT, b.f1, T, pos0, I);
-    rlxc_products(p, tm, b.f1, T, (int)I, &(rlxc_product){b.o, &w[RLXC_W_DOWN], l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL}, 1);
-    rlxc_team_sync(tm);
+    if (moe_out) mix_experts(l, &b, moe_out, t0, t1);
     rlxc_tap(p, tm, li, RLXC_STAGE_MLP_OUT, b.o, T, pos0, H);
     for (size_t t = t0; t < t1; t++) {
         float *o = b.o + t * H;
@@ -682,7 +735,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
         rlxc_products_alike(p, tm, x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, &r0, &r1);
         for (int t = 0; t < T && r0 < r1; t++) {
             float *f1 = b.f1 + (size_t)t * P + r0;
-            activate(l, f1, (size_t)(r1 - r0));
+            rlxc_activate(l, f1, (size_t)(r1 - r0));
             kn->mul(f1, f1, ple + (size_t)t * ple_stride + r0, r1 - r0);
         }
         rlxc_team_sync(tm);

@@ -37,6 +37,17 @@ typedef enum {
     RLXC_W_FFN_POST_NORM,                       /* sandwich: norm of the FFN output */
     RLXC_W_PLE_GATE, RLXC_W_PLE_PROJ, RLXC_W_PLE_NORM, /* Gemma 4 per-layer input block */
     RLXC_W_ROPE_FREQ_FACTORS,                   /* [rotary_dim/2] divisors of the RoPE frequencies */
+    /* Mixture of experts (num_experts > 0). Expert e's rows of the stacked matrices are
+     * e * (their rows per expert) onwards, as in GGUF's ffn_*_exps. */
+    RLXC_W_ROUTER,                              /* [num_experts][hidden] */
+    RLXC_W_GATE_EXPS, RLXC_W_UP_EXPS,           /* [num_experts * expert_intermediate_size][hidden] */
+    RLXC_W_DOWN_EXPS,                           /* [num_experts * hidden][expert_intermediate_size] */
+    /* each optional (unset: none) */
+    RLXC_W_EXPERT_SCALE,                        /* [num_experts] multiplies a routed expert's weight (Gemma 4) */
+    RLXC_W_ROUTER_NORM,                         /* [hidden]: the router reads RMSNorm(resid_mid) * w (offset 0), not mlp_in */
+    RLXC_W_MOE_NORM,                            /* [hidden]: the experts read the layer's norm of resid_mid with w, not mlp_in */
+    RLXC_W_SHARED_GATE,                         /* [hidden]: the dense FFN's output times sigmoid(w . mlp_in) (Qwen2-MoE) */
+    RLXC_W_DENSE_POST_NORM, RLXC_W_MOE_POST_NORM, /* [hidden]: norms of the dense and expert outputs before their sum */
     /* Interventions, each optional (unset: none): steer_scale times a vector added to the
      * residual stream at a stage, and multipliers of the attention heads' outputs before o_proj
      * (0 ablates a head) and of the FFN's neurons (mlp_act). */
@@ -104,6 +115,14 @@ typedef struct rlxc_layer {
     int kv_shared_from;     /* -1: own K/V; else an earlier layer's index whose cache is read */
     int ple_dim;            /* per-layer embedding width, 0 = none */
     float steer_scale;      /* multiplies the steering vectors (RLXC_W_STEER_*) */
+    /* Mixture of experts: each token's FFN output is the sum of its num_experts_used best experts
+     * (gated FFNs of expert_intermediate_size), weighted by the softmax of the router's logits
+     * (renormalised over the chosen ones if moe_norm_topk), plus the dense FFN when
+     * intermediate_size > 0 (a shared expert, or Gemma 4's parallel MLP). 0 experts: dense only. */
+    int num_experts;
+    int num_experts_used;
+    int expert_intermediate_size;
+    int moe_norm_topk;
 
     rlxc_weight w[RLXC_W_COUNT];
 } rlxc_layer;

@@ -49,6 +49,10 @@ static const field_desc fields[] = {
     FIELD(v_from_k, F_BOOL, 0, "V is the raw K projection (Gemma 4 attention_k_eq_v)."),
     FIELD(kv_shared_from, F_INT, 0, "-1: own K/V; else the index of an earlier layer whose KV cache this layer reads."),
     FIELD(ple_dim, F_INT, 0, "Width of the per-layer embedding input (Gemma 4); 0 = none."),
+    FIELD(num_experts, F_INT, 0, "Experts of a mixture-of-experts FFN; 0 = a dense FFN only."),
+    FIELD(num_experts_used, F_INT, 0, "Experts each token is routed to (top-k of the router's softmax)."),
+    FIELD(expert_intermediate_size, F_INT, 0, "Width of one expert's hidden layer."),
+    FIELD(moe_norm_topk, F_BOOL, 0, "Renormalise the chosen experts' probabilities to sum 1 (Mixtral, Qwen3-MoE, Gemma 4)."),
     FIELD(steer_scale, F_FLOAT, 0, "Multiplies the steering vectors steer_resid_pre / _mid / _post (weights, when set)."),
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof *fields))

@@ -147,6 +147,11 @@ class Arch:
     #: GGUF -> transformers: the config class takes head_dim, and keywords it needs besides the layer fields
     hf_config_head_dim: bool = False
     hf_config_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: mixture of experts in transformers: "" (none), "qwen" (num_experts, moe_intermediate_size,
+    #: decoder_sparse_step, mlp_only_layers, norm_topk_prob, Qwen2-MoE's gated shared expert),
+    #: "mixtral" (num_local_experts of intermediate_size, every layer, renormalised); Gemma 4's
+    #: enable_moe_block is its own (see rlxc.hf)
+    moe: str = ""
     layer_tensors: Mapping[str, str] = field(default_factory=lambda: GGUF_LAYER_TENSORS)
     model_tensors: tuple[str, ...] = GGUF_MODEL_TENSORS
 
@@ -175,6 +180,12 @@ ARCHS: tuple[Arch, ...] = (
          hf_config_extra={"use_sliding_window": False}),
     Arch("qwen3", "qwen3", ("Qwen3Config", "Qwen3ForCausalLM"), qk_norm=True, hf_config_head_dim=True,
          hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias"}),
+    Arch("qwen2_moe", "qwen2moe", ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"), hf_biases={"qkv_bias": "qkv_bias"},
+         moe="qwen"),
+    Arch("qwen3_moe", "qwen3moe", ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), qk_norm=True, hf_config_head_dim=True,
+         hf_sliding="config", hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias"}, moe="qwen"),
+    Arch("mixtral", "llama", ("MixtralConfig", "MixtralForCausalLM"), permuted_qk=True, hf_sliding="config",
+         hf_config_head_dim=True, moe="mixtral"),
     Arch("gemma", "gemma", ("GemmaConfig", "GemmaForCausalLM"), norms_plus_one=True, hf_sliding="none",
          hf_config_head_dim=True, **_GEMMA),
     Arch("gemma2", "gemma2", ("Gemma2Config", "Gemma2ForCausalLM"), norms_plus_one=True, attn_softcap=True,

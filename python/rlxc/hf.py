@@ -329,6 +329,14 @@ def validate_config(config: Any, source: str = "config") -> None:
     config_int(config, "max_position_embeddings", source, optional=True)
     for name in ("num_local_experts", "num_experts", "pretraining_tp"):
         config_int(config, name, source, lo=0, optional=True)
+    E = int(getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None) or 0)
+    if E and (arch_of(config).moe or getattr(config, "enable_moe_block", False)):
+        k = "top_k_experts" if mt == "gemma4_text" else "num_experts_per_tok"
+        config_int(config, k, source, hi=E)
+        for name in ("moe_intermediate_size", "decoder_sparse_step"):
+            config_int(config, name, source, optional=True)
+        if mt == "gemma4_text":
+            config_int(config, "moe_intermediate_size", source)
     config_float(config, arch_of(config).eps_attr, source)
     for name in ("attn_logit_softcapping", "final_logit_softcapping"):
         config_float(config, name, source, optional=True)
@@ -402,15 +410,16 @@ def check_supported(config: Any, max_seq: int | None = None, source: str = "conf
     if mt == "gemma3_text" and getattr(config, "use_bidirectional_attention", False):
         raise NotImplementedError("rlxc.hf: gemma3 use_bidirectional_attention=True (non-causal)")
     if mt == "gemma4_text":
-        if getattr(config, "enable_moe_block", False):
-            raise NotImplementedError("rlxc.hf: gemma4 enable_moe_block (mixture of experts)")
         if getattr(config, "use_bidirectional_attention", None) == "all":
             raise NotImplementedError("rlxc.hf: gemma4 use_bidirectional_attention='all' (non-causal)")
     if mt in ("llama",) and int(getattr(config, "pretraining_tp", 1) or 1) != 1:
         raise NotImplementedError("rlxc.hf: llama pretraining_tp != 1")
+    arch = arch_of(config)
     for key in ("num_local_experts", "num_experts"):
-        if (getattr(config, key, None) or 0) > 0 and mt != "gemma4_text":
+        if (getattr(config, key, None) or 0) > 0 and not arch.moe and not arch.gemma4:
             raise NotImplementedError(f"rlxc.hf: {mt} {key} (mixture of experts)")
+    if arch.moe == "mixtral" and not getattr(config, "num_local_experts", 0):
+        raise NotImplementedError("rlxc.hf: mixtral with num_local_experts=0")
     _activation(config, arch_of(config))
     for i in range(config.num_hidden_layers):
         rope_fields(config, i, max_seq)
@@ -476,6 +485,7 @@ def layer_fields(config: Any, i: int, max_seq: int | None = None) -> dict[str, A
         kv_shared_from=-1, ple_dim=0,
     )
     f.update(rope)
+    f.update(_moe_fields(config, i, arch))
     for bias, attr in arch.hf_biases.items():  # an attribute of the config, or 1
         f[bias] = int(bool(getattr(config, attr))) if isinstance(attr, str) else attr
     if arch.gemma4:
@@ -488,6 +498,26 @@ def layer_fields(config: Any, i: int, max_seq: int | None = None) -> dict[str, A
         if config.use_double_wide_mlp and i >= L - n_sh > 0:
             f["intermediate_size"] = 2 * inter
         f["ple_dim"] = int(config.hidden_size_per_layer_input or 0)
+    return f
+
+
+def _moe_fields(config: Any, i: int, arch: Arch) -> dict[str, Any]:
+    """Layer i's mixture-of-experts fields (none on a dense layer). The dense FFN beside the
+    experts: Qwen2-MoE's shared expert, Gemma 4's parallel MLP; none for Qwen3-MoE and Mixtral."""
+    f: dict[str, Any] = dict(num_experts=0, num_experts_used=0, expert_intermediate_size=0, moe_norm_topk=0)
+    if arch.moe == "mixtral":
+        f.update(num_experts=int(config.num_local_experts), num_experts_used=int(config.num_experts_per_tok),
+                 expert_intermediate_size=int(config.intermediate_size), moe_norm_topk=1, intermediate_size=0)
+    elif arch.moe == "qwen":
+        E = int(config.num_experts or 0)
+        if E and i not in (config.mlp_only_layers or ()) and (i + 1) % int(config.decoder_sparse_step) == 0:
+            f.update(num_experts=E, num_experts_used=int(config.num_experts_per_tok),
+                     expert_intermediate_size=int(config.moe_intermediate_size),
+                     moe_norm_topk=int(bool(config.norm_topk_prob)),
+                     intermediate_size=int(getattr(config, "shared_expert_intermediate_size", 0) or 0))
+    elif arch.gemma4 and getattr(config, "enable_moe_block", False):
+        f.update(num_experts=int(config.num_experts), num_experts_used=int(config.top_k_experts),
+                 expert_intermediate_size=int(config.moe_intermediate_size), moe_norm_topk=1)
     return f
 
 
@@ -554,13 +584,18 @@ def layer_weights(model: Any, i: int) -> dict[str, np.ndarray]:
             if not f["v_from_k"]:
                 lin("v_proj", at.v_proj)
         lin("o_proj", at.o_proj)
-        if arch.ffn_type == FfnType.STANDARD:  # StarCoder 2's c_fc / c_proj
+        if f["intermediate_size"] == 0:
+            pass  # experts only
+        elif arch.ffn_type == FfnType.STANDARD:  # StarCoder 2's c_fc / c_proj
             lin("up_proj", layer.mlp.c_fc)
             lin("down_proj", layer.mlp.c_proj)
         else:
-            lin("gate_proj", layer.mlp.gate_proj)
-            lin("up_proj", layer.mlp.up_proj)
-            lin("down_proj", layer.mlp.down_proj)
+            dense = layer.mlp.shared_expert if arch.moe == "qwen" and f["num_experts"] else layer.mlp
+            lin("gate_proj", dense.gate_proj)
+            lin("up_proj", dense.up_proj)
+            lin("down_proj", dense.down_proj)
+    if f["num_experts"]:
+        w.update(_expert_weights(layer, f, arch))
     if f["has_qk_norm"]:
         w["q_norm"] = _np(at.q_norm.weight)
         if f["kv_shared_from"] < 0:
@@ -578,6 +613,35 @@ def layer_weights(model: Any, i: int) -> dict[str, np.ndarray]:
     _, factors = rope_fields(config, i)
     if factors is not None:
         w["rope_freq_factors"] = factors
+    return w
+
+
+def _expert_weights(layer: Any, f: Mapping[str, Any], arch: Arch) -> dict[str, _F32]:
+    """The router and the experts stacked expert by expert (``gate_exps`` [E*I, H], ``down_exps``
+    [E*H, I]), from transformers' fused ``gate_up_proj`` [E, 2I, H] and ``down_proj`` [E, H, I];
+    Qwen2-MoE's shared-expert gate, Gemma 4's router norm (``scale * hidden**-0.5``), per-expert
+    scale and the norms around its experts."""
+    E, I, H = f["num_experts"], f["expert_intermediate_size"], f["hidden_size"]
+    experts = layer.experts if arch.gemma4 else layer.mlp.experts
+    gate_up = _np(experts.gate_up_proj)
+    down = _np(experts.down_proj)
+    if gate_up.shape != (E, 2 * I, H) or down.shape != (E, H, I):
+        raise NotImplementedError(f"rlxc.hf: experts of shapes {tuple(gate_up.shape)} / {tuple(down.shape)}, "
+                                  f"expected {(E, 2 * I, H)} / {(E, H, I)}")
+    w: dict[str, _F32] = {
+        "router": _np(layer.router.proj.weight if arch.gemma4 else layer.mlp.gate.weight),
+        "gate_exps": np.ascontiguousarray(gate_up[:, :I].reshape(E * I, H)),
+        "up_exps": np.ascontiguousarray(gate_up[:, I:].reshape(E * I, H)),
+        "down_exps": down.reshape(E * H, I),
+    }
+    if arch.moe == "qwen" and f["intermediate_size"] > 0:
+        w["shared_gate"] = _np(layer.mlp.shared_expert_gate.weight).reshape(H)
+    if arch.gemma4:
+        w["router_norm"] = _np(layer.router.scale) * np.float32(H ** -0.5)
+        w["expert_scale"] = _np(layer.router.per_expert_scale)
+        w["moe_norm"] = _np(layer.pre_feedforward_layernorm_2.weight)
+        w["dense_post_norm"] = _np(layer.post_feedforward_layernorm_1.weight)
+        w["moe_post_norm"] = _np(layer.post_feedforward_layernorm_2.weight)
     return w
 
 

@@ -30,9 +30,10 @@ from .wtypes import dequantize
 
 __all__ = ["Model", "MATRIX_SLOTS", "QuantMatrix", "WEIGHT_FORMATS"]
 
-#: Weight slots that hold matrices (the ones quantized to q4_0/q8_0 when in-dim % 32 == 0).
+#: Weight slots that hold matrices (the ones quantized to q4_0/q8_0 when in-dim % 32 == 0). The
+#: router ("router") is a matrix too but stays float32, as llama.cpp keeps ffn_gate_inp.
 MATRIX_SLOTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                "ple_gate", "ple_proj")
+                "ple_gate", "ple_proj", "gate_exps", "up_exps", "down_exps")
 
 #: the formats rlxc quantizes float matrices to (``weights=``; ``rlxc quantize --type``)
 WEIGHT_FORMATS = ("f32", "q4_0", "q4_1", "q5_1", "q8_0", "q4_k", "q5_k")
