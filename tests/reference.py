@@ -66,7 +66,8 @@ DEFAULT_FIELDS: dict[str, Any] = dict(
     post_attn_norm_bias=0, ffn_up_bias=0, ffn_down_bias=0, hidden_size=64,
     intermediate_size=128, norm_offset=0.0, qkv_bias=0, o_bias=0, has_qk_norm=0,
     sandwich_norm=0, attn_softcap=0.0, rope_layout=PREFIX, rope_attn_factor=1.0, v_from_k=0,
-    kv_shared_from=-1, ple_dim=0,
+    kv_shared_from=-1, ple_dim=0, num_experts=0, num_experts_used=0, expert_intermediate_size=0,
+    moe_norm_topk=0,
 )
 
 FIELD_NAMES = tuple(DEFAULT_FIELDS)
@@ -273,7 +274,12 @@ def weight_shapes(fields: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     nq, nkv = f["num_q_heads"], f["num_kv_heads"]
     own_kv = f["kv_shared_from"] < 0
     s: dict[str, tuple[int, ...]] = {"attn_norm": (H,), "q_proj": (nq * hd, H), "o_proj": (H, nq * hd),
-                                     "ffn_norm": (H,), "up_proj": (I, H), "down_proj": (H, I)}
+                                     "ffn_norm": (H,)}
+    if I > 0:
+        s.update(up_proj=(I, H), down_proj=(H, I))
+    E, EI = f["num_experts"], f["expert_intermediate_size"]
+    if E > 0:
+        s.update(router=(E, H), gate_exps=(E * EI, H), up_exps=(E * EI, H), down_exps=(E * H, EI))
     if f["norm_type"] == LAYERNORM and f["input_norm_bias"]:
         s["attn_norm.bias"] = (H,)
     if f["norm_type"] == LAYERNORM and f["post_attn_norm_bias"]:
@@ -297,13 +303,13 @@ def weight_shapes(fields: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     if f["sandwich_norm"]:
         s["attn_post_norm"] = (H,)
         s["ffn_post_norm"] = (H,)
-    if f["ffn_type"] == GATED:
+    if f["ffn_type"] == GATED and I > 0:
         s["gate_proj"] = (I, H)
         if f["ffn_up_bias"]:
             s["gate_proj.bias"] = (I,)
-    if f["ffn_up_bias"]:
+    if f["ffn_up_bias"] and I > 0:
         s["up_proj.bias"] = (I,)
-    if f["ffn_down_bias"]:
+    if f["ffn_down_bias"] and I > 0:
         s["down_proj.bias"] = (H,)
     if f["ple_dim"] > 0:
         P = f["ple_dim"]
@@ -452,11 +458,16 @@ def ref_layer_forward(fields: Mapping[str, Any], weights: Mapping[str, np.ndarra
     h = x + o
 
     g = _norm(f, h, W["ffn_norm"], W.get("ffn_norm.bias") if f["post_attn_norm_bias"] else None)
-    if f["ffn_type"] == GATED:
-        m = act(lin("gate_proj", g, f["ffn_up_bias"])) * lin("up_proj", g, f["ffn_up_bias"])
-    else:
-        m = act(lin("up_proj", g, f["ffn_up_bias"]))
-    m = lin("down_proj", m, f["ffn_down_bias"])
+    m = np.zeros_like(h)
+    if f["intermediate_size"] > 0:
+        if f["ffn_type"] == GATED:
+            m = act(lin("gate_proj", g, f["ffn_up_bias"])) * lin("up_proj", g, f["ffn_up_bias"])
+        else:
+            m = act(lin("up_proj", g, f["ffn_up_bias"]))
+        m = lin("down_proj", m, f["ffn_down_bias"])
+    if f["num_experts"] > 0:
+        m = _experts(f, W, h, g, m, lambda name, inp, w: (round_activations(inp, wt.get(name, "f32")) if quant_act
+                                                         else inp) @ w.T, act)
     if f["sandwich_norm"]:
         m = rmsnorm(m, W["ffn_post_norm"], f["eps"], f["norm_offset"]) if f["norm_type"] == RMSNORM \
             else layernorm(m, W["ffn_post_norm"], None, f["eps"])
@@ -470,6 +481,45 @@ def ref_layer_forward(fields: Mapping[str, Any], weights: Mapping[str, np.ndarra
         e = lin("ple_proj", e, False)
         y = y + rmsnorm(e, W["ple_norm"], f["eps"], f["norm_offset"])
     return y * f["layer_scalar"]
+
+
+def _experts(f: Mapping[str, Any], W: Mapping[str, np.ndarray], h: np.ndarray, g: np.ndarray, dense: np.ndarray,
+             lin: Any, act: Any) -> np.ndarray:
+    """The FFN output of a mixture-of-experts layer: softmax router over every expert, the
+    num_experts_used most probable (stable order on ties), renormalised if moe_norm_topk, times
+    expert_scale; plus the dense FFN ``dense`` (times sigmoid(shared_gate . g), after its
+    dense_post_norm) when intermediate_size > 0."""
+    E, k, I, H, eps = f["num_experts"], f["num_experts_used"], f["expert_intermediate_size"], f["hidden_size"], f["eps"]
+
+    def post(x: np.ndarray, name: str) -> np.ndarray:
+        if name not in W:
+            return x
+        return rmsnorm(x, W[name], eps, f["norm_offset"]) if f["norm_type"] == RMSNORM \
+            else layernorm(x, W[name], None, eps)
+
+    xr = rmsnorm(h, W["router_norm"], eps) if "router_norm" in W else g
+    xe = rmsnorm(h, W["moe_norm"], eps, f["norm_offset"]) if "moe_norm" in W else g
+    z = lin("router", xr, W["router"])
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-p[t], kind="stable")[:k]
+        w = p[t, chosen]
+        if f["moe_norm_topk"]:
+            w = w / w.sum()
+        if "expert_scale" in W:
+            w = w * W["expert_scale"][chosen]
+        for e, we in zip(chosen, w):
+            rows = slice(e * I, (e + 1) * I)
+            a = act(lin("gate_exps", xe[t:t + 1], W["gate_exps"][rows])) * lin("up_exps", xe[t:t + 1], W["up_exps"][rows])
+            out[t] += we * lin("down_exps", a, W["down_exps"][e * H:(e + 1) * H])[0]
+    out = post(out, "moe_post_norm")
+    if f["intermediate_size"] == 0:
+        return out
+    if "shared_gate" in W:
+        dense = dense / (1.0 + np.exp(-(g @ W["shared_gate"])))[:, None]
+    return post(dense, "dense_post_norm") + out
 
 
 # ----------------------------------------------------------------------------- stack
@@ -590,7 +640,8 @@ _SLOTS = ("attn_norm", "attn_norm.bias", "q_proj", "q_proj.bias", "k_proj", "k_p
           "v_proj", "v_proj.bias", "o_proj", "o_proj.bias", "q_norm", "k_norm", "attn_post_norm",
           "ffn_norm", "ffn_norm.bias", "gate_proj", "gate_proj.bias", "up_proj", "up_proj.bias",
           "down_proj", "down_proj.bias", "ffn_post_norm", "ple_gate", "ple_proj", "ple_norm",
-          "rope_freq_factors")
+          "rope_freq_factors", "router", "gate_exps", "up_exps", "down_exps", "expert_scale", "router_norm",
+          "moe_norm", "shared_gate", "dense_post_norm", "moe_post_norm")
 
 
 def weights_of(layer: Any) -> dict[str, np.ndarray]:

@@ -96,6 +96,22 @@ ARCHS = {
                            vocab_size_per_layer_input=128, num_attention_heads=8,
                            per_layer_config={1: {"head_dim": 32, "num_key_value_heads": 1},
                                              3: {"head_dim": 32, "num_key_value_heads": 1}})),
+    # (f) mixture of experts: Qwen3-MoE (a dense layer among them, sliding window), Mixtral,
+    # Qwen2-MoE (gated shared expert, sliding layers) and Gemma 4's experts beside its MLP
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                       norm_topk_prob=True, mlp_only_layers=[2], use_sliding_window=True, sliding_window=W)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=64,
+                     sliding_window=W)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(num_experts=6, num_experts_per_tok=3, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=96, use_sliding_window=True, sliding_window=W,
+                       layer_types=LT, max_window_layers=4)),
+    "gemma4_moe": ("Gemma4TextConfig", "Gemma4ForCausalLM",
+                   dict(head_dim=16, global_head_dim=32, sliding_window=W, layer_types=LT,
+                        hidden_size_per_layer_input=0, vocab_size_per_layer_input=128, enable_moe_block=True,
+                        num_experts=8, top_k_experts=2, moe_intermediate_size=32)),
 }
 
 
@@ -216,9 +232,16 @@ def dequantized_hf(hf, wtype: str):
     as rlxc.from_hf quantizes them) hold their dequantized values; embeddings stay float."""
     m = copy.deepcopy(hf)
     with torch.no_grad():
-        for mod in m.model.layers.modules():
-            if isinstance(mod, torch.nn.Linear) and mod.in_features % 32 == 0:
+        for name, mod in m.model.layers.named_modules():
+            # routers (and Qwen2-MoE's shared-expert gate, a vector to rlxc) stay float32
+            if isinstance(mod, torch.nn.Linear) and mod.in_features % 32 == 0 and mod.out_features > 1 \
+                    and "router" not in name:
                 mod.weight.copy_(torch.from_numpy(R.roundtrip(mod.weight.numpy(), wtype)))
+            for p in ("gate_up_proj", "down_proj"):  # stacked experts [E, out, in]
+                w = getattr(mod, p, None)
+                if isinstance(w, torch.nn.Parameter) and w.dim() == 3 and w.shape[2] % 32 == 0:
+                    flat = w.detach().numpy().reshape(-1, w.shape[2])
+                    w.copy_(torch.from_numpy(R.roundtrip(flat, wtype).reshape(w.shape)))
         if m.lm_head.in_features % 32 == 0:  # unties a tied head: the embedding stays float
             m.lm_head.weight = torch.nn.Parameter(
                 torch.from_numpy(R.roundtrip(m.lm_head.weight.detach().numpy(), wtype)))
@@ -232,8 +255,8 @@ def test_quantized(arch, wtype, isa):
     # the float model has confident (LM-like) top-1 choices for the agreement statistic.
     hf = build(arch, seed=2, std=0.07, tie_word_embeddings=True)
     model = from_hf(hf, weights=wtype)
-    formats = {t for l in model.layers for s in ("q_proj", "o_proj", "down_proj")
-               for t in [l.weight_type(s)]}
+    formats = {l.weight_type(s) for l in model.layers for s in ("q_proj", "o_proj", "down_proj", "gate_exps",
+                                                               "down_exps") if s in l.used_weights()}
     assert formats == {wtype}
     assert model.lm_head_type == wtype
     ids = token_ids(QT, seed=2)
@@ -461,8 +484,6 @@ def test_unsupported_model_type():
     ("gemma3 bidirectional", lambda: _cfg("gemma3", use_bidirectional_attention=True), "bidirectional"),
     ("gemma4 all-bidirectional", lambda: _cfg("gemma4_ple", use_bidirectional_attention="all"),
      "bidirectional"),
-    ("gemma4 MoE", lambda: _cfg("gemma4_ple", enable_moe_block=True, num_experts=4, top_k_experts=2,
-                                moe_intermediate_size=32), "moe"),
     ("exact gelu", lambda: _cfg("gemma", hidden_act="gelu"), "gelu"),
     ("partial rotary with linear rope on llama",
      lambda: _cfg("llama", rope_scaling={"rope_type": "linear", "factor": 2.0}, partial_rotary_factor=0.5),
@@ -490,10 +511,21 @@ def test_unknown_rope_type_and_longrope_switch():
 
 
 def test_unsupported_moe_model_raises_before_building():
-    hf = tf.Gemma4ForCausalLM(_cfg("gemma4_ple", enable_moe_block=True, num_experts=4,
-                                   top_k_experts=2, moe_intermediate_size=32)).eval()
-    with pytest.raises(NotImplementedError, match="moe"):
+    hf = tf.GptOssForCausalLM(tf.GptOssConfig(**{**C, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                                 "head_dim": 16, "layer_types": LT, "sliding_window": W})).eval()
+    with pytest.raises(NotImplementedError, match="gpt_oss"):
         from_hf(hf)
+
+
+@pytest.mark.parametrize("arch,over,field", [
+    ("qwen3_moe", dict(num_experts_per_tok=9), "num_experts_per_tok"),
+    ("mixtral", dict(num_experts_per_tok=0), "num_experts_per_tok"),
+    ("gemma4_moe", dict(top_k_experts=9), "top_k_experts"),
+])
+def test_moe_config_out_of_range(arch, over, field):
+    with pytest.raises(ValueError, match=field):
+        from rlxc.hf import check_supported
+        check_supported(_cfg(arch, **over))
 
 
 # ----------------------------------------------------------------------------- misc
