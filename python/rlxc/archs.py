@@ -30,7 +30,7 @@ import numpy.typing as npt
 from ._enums import Activation, FfnType, NormType
 
 __all__ = ["Arch", "ARCHS", "HF_MODEL_TYPES", "GGUF_ARCHS", "by_hf", "by_gguf", "GGUF_LAYER_TENSORS",
-           "GEMMA4_LAYER_TENSORS", "GGUF_MODEL_TENSORS", "GEMMA4_MODEL_TENSORS", "GEMMA4_SCALAR", "UNROTATED",
+           "GEMMA4_LAYER_TENSORS", "GGUF_MODEL_TENSORS", "MOE_LAYER_TENSORS", "EXPERT_SLOTS", "GEMMA4_MODEL_TENSORS", "GEMMA4_SCALAR", "UNROTATED",
            "FUSED", "split_qkv", "split_gate_up", "permute_rows", "unpermute_rows", "model_parts",
            "ple_parts", "hf_layer_names"]
 
@@ -52,6 +52,21 @@ GGUF_LAYER_TENSORS: Mapping[str, str] = {
     "ffn_down.weight": "down_proj", "ffn_down.bias": "down_proj.bias",
     "attn_qkv.weight": "qkv", "attn_qkv.bias": "qkv.bias",
 }
+#: mixture-of-experts tensors: the router (llama.cpp keeps it F32) and the experts stacked
+#: [n_expert, rows, cols] (GGML ne = (cols, rows, n_expert))
+MOE_LAYER_TENSORS: Mapping[str, str] = {
+    "ffn_gate_inp.weight": "router", "ffn_gate_exps.weight": "gate_exps", "ffn_up_exps.weight": "up_exps",
+    "ffn_down_exps.weight": "down_exps",
+}
+#: the slots whose GGUF tensors stack the experts
+EXPERT_SLOTS = {"gate_exps": "expert_intermediate_size", "up_exps": "expert_intermediate_size",
+                "down_exps": "hidden_size"}
+# Qwen2-MoE: every layer is MoE, its dense FFN is the gated shared expert
+QWEN2MOE_LAYER_TENSORS: Mapping[str, str] = {
+    **{k: v for k, v in GGUF_LAYER_TENSORS.items() if not k.startswith(("ffn_gate.", "ffn_up.", "ffn_down."))},
+    **MOE_LAYER_TENSORS, "ffn_gate_shexp.weight": "gate_proj", "ffn_up_shexp.weight": "up_proj",
+    "ffn_down_shexp.weight": "down_proj", "ffn_gate_inp_shexp.weight": "shared_gate",
+}
 #: model-level GGUF tensors
 GGUF_MODEL_TENSORS = ("token_embd.weight", "output_norm.weight", "output_norm.bias", "output.weight",
                       "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
@@ -66,6 +81,12 @@ GEMMA4_LAYER_TENSORS: Mapping[str, str] = {
     "ffn_norm.weight": "ffn_norm", "post_ffw_norm.weight": "ffn_post_norm", "ffn_gate.weight": "gate_proj",
     "ffn_up.weight": "up_proj", "ffn_down.weight": "down_proj",
     "inp_gate.weight": "ple_gate", "proj.weight": "ple_proj", "post_norm.weight": "ple_norm",
+    # MoE (26B-A4B style): ffn_gate_inp.scale is the router's scale (rlxc's router_norm is it times
+    # hidden**-0.5), ffn_down_exps.scale the per-expert scale; ffn_gate_up_exps (gate rows of each
+    # expert first) is read as gate_exps and up_exps
+    **MOE_LAYER_TENSORS, "ffn_gate_inp.scale": "router_norm", "ffn_down_exps.scale": "expert_scale",
+    "pre_ffw_norm_2.weight": "moe_norm", "post_ffw_norm_1.weight": "dense_post_norm",
+    "post_ffw_norm_2.weight": "moe_post_norm", "ffn_gate_up_exps.weight": "gate_up_exps",
 }
 GEMMA4_SCALAR = "layer_output_scale.weight"
 GEMMA4_MODEL_TENSORS = ("token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight",
@@ -152,13 +173,16 @@ class Arch:
     #: "mixtral" (num_local_experts of intermediate_size, every layer, renormalised); Gemma 4's
     #: enable_moe_block is its own (see rlxc.hf)
     moe: str = ""
+    #: llama.cpp runs experts for this GGUF architecture: None (it does not), else whether it
+    #: renormalises the chosen experts' weights (hard-coded per architecture)
+    gguf_moe_norm: bool | None = None
     layer_tensors: Mapping[str, str] = field(default_factory=lambda: GGUF_LAYER_TENSORS)
     model_tensors: tuple[str, ...] = GGUF_MODEL_TENSORS
 
     @property
     def slot_tensors(self) -> dict[str, str]:
         """rlxc slot -> per-layer GGUF tensor suffix (the unfused names)."""
-        return {v: k for k, v in self.layer_tensors.items() if not v.startswith("qkv")}
+        return {v: k for k, v in self.layer_tensors.items() if not v.startswith("qkv") and v != "gate_up_exps"}
 
     @property
     def gemma4(self) -> bool:
@@ -172,7 +196,7 @@ _SANDWICH: dict[str, Any] = dict(sandwich_norm=True, hf_final_softcap=True, hf_a
 
 ARCHS: tuple[Arch, ...] = (
     Arch("llama", "llama", ("LlamaConfig", "LlamaForCausalLM"), permuted_qk=True, hf_sliding="none",
-         hf_config_head_dim=True,
+         hf_config_head_dim=True, gguf_moe_norm=True, layer_tensors={**GGUF_LAYER_TENSORS, **MOE_LAYER_TENSORS},
          hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias", "ffn_up_bias": "mlp_bias",
                     "ffn_down_bias": "mlp_bias"}),
     Arch("mistral", "llama", permuted_qk=True, hf_sliding="config"),
@@ -181,9 +205,10 @@ ARCHS: tuple[Arch, ...] = (
     Arch("qwen3", "qwen3", ("Qwen3Config", "Qwen3ForCausalLM"), qk_norm=True, hf_config_head_dim=True,
          hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias"}),
     Arch("qwen2_moe", "qwen2moe", ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"), hf_biases={"qkv_bias": "qkv_bias"},
-         moe="qwen"),
+         moe="qwen", gguf_moe_norm=False, layer_tensors=QWEN2MOE_LAYER_TENSORS),
     Arch("qwen3_moe", "qwen3moe", ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), qk_norm=True, hf_config_head_dim=True,
-         hf_sliding="config", hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias"}, moe="qwen"),
+         hf_sliding="config", hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias"}, moe="qwen",
+         gguf_moe_norm=True, layer_tensors={**GGUF_LAYER_TENSORS, **MOE_LAYER_TENSORS}),
     Arch("mixtral", "llama", ("MixtralConfig", "MixtralForCausalLM"), permuted_qk=True, hf_sliding="config",
          hf_config_head_dim=True, moe="mixtral"),
     Arch("gemma", "gemma", ("GemmaConfig", "GemmaForCausalLM"), norms_plus_one=True, hf_sliding="none",
@@ -194,7 +219,7 @@ ARCHS: tuple[Arch, ...] = (
     Arch("gemma3_text", "gemma3", ("Gemma3TextConfig", "Gemma3ForCausalLM"), norms_plus_one=True,
          qk_norms_plus_one=True, qk_norm=True, hf_attn_scale="query_pre_attn_scalar", gguf_big_layers=62,
          swa_every=6, swa_own_rope=True, hf_config_head_dim=True, **_GEMMA, **_SANDWICH),
-    Arch("gemma4_text", "gemma4", qk_norm=True, hf_attn_scale="one", gguf_final_softcap=30.0,
+    Arch("gemma4_text", "gemma4", qk_norm=True, hf_attn_scale="one", gguf_final_softcap=30.0, gguf_moe_norm=True,
          layer_tensors=GEMMA4_LAYER_TENSORS, model_tensors=GEMMA4_MODEL_TENSORS, **_GEMMA, **_SANDWICH),
     Arch("starcoder2", "starcoder2", ("Starcoder2Config", "Starcoder2ForCausalLM"), norm_type=NormType.LAYERNORM,
          ffn_type=FfnType.STANDARD, gguf_activation=Activation.GELU_TANH, eps_attr="norm_epsilon",

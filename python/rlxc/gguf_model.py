@@ -7,7 +7,7 @@ looked-up rows are dequantized per call) and a tied lm_head multiplies the quant
 place. Only llama's q/k matrices are copied: llama.cpp stores them with rows permuted for its
 interleaved RoPE, and they are put back in Hugging Face order (halves) for the engine. Gemma 1-3
 norms in GGUF already hold ``1 + w`` (llama.cpp's converter adds the 1), so they run with offset
-0; Gemma 4's are plain weights. Gemma 4 (dense; MoE raises) maps as llama.cpp's
+0; Gemma 4's are plain weights. Gemma 4 (dense and MoE) maps as llama.cpp's
 llama_model_gemma4 reads it: ``*_swa`` keys for the sliding layers, proportional RoPE on the
 full ones from rope_freqs.weight, K/V sharing, K as V where attn_v is absent, per-layer
 embeddings, layer_output_scale as ``layer_scalar``, a final cap of 30 when the key is absent.
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from . import archs, gguf
 from ._enums import Activation, FfnType, RopeLayout
 from ._layer import Layer
-from .archs import GEMMA4_SCALAR, GGUF_ARCHS, UNROTATED, Arch, split_gate_up, split_qkv, unpermute_rows
+from .archs import EXPERT_SLOTS, GEMMA4_SCALAR, GGUF_ARCHS, UNROTATED, Arch, split_gate_up, split_qkv, unpermute_rows
 from .gguf import REQUIRED, TensorInfo, gguf_meta, meta_value
 from .model import MATRIX_SLOTS, WEIGHT_FORMATS, Model, QuantMatrix, matrix_wtype
 from .tokenizer import from_gguf_metadata
@@ -160,8 +160,31 @@ def gguf_layer_fields(g: gguf.GGUFFile, i: int, max_seq: int | None = None) -> d
         f["attn_softcap"] = kv.get("attn_logit_softcapping", float, 50.0)
     if arch.gemma4:
         f.update(_gemma4_fields(g, kv, arch, i, L, f))
+    if has("ffn_gate_inp.weight"):
+        f.update(_moe_fields(g, kv, arch, i, f))
     # (phi3: llama.cpp runs Phi-3 without its sliding window: "Phi SWA is currently disabled")
     return f
+
+
+def _moe_fields(g: gguf.GGUFFile, kv: _KV, arch: Arch, i: int, f: Mapping[str, Any]) -> dict[str, Any]:
+    """A mixture-of-experts layer as llama.cpp reads it: expert_count / expert_used_count, the
+    experts' width (expert_feed_forward_length; llama: feed_forward_length), the dense FFN beside
+    them (Qwen2-MoE's shared expert, Gemma 4's MLP) where the layer has its tensors, the chosen
+    experts' weights renormalised as the architecture's llama.cpp code hard-codes."""
+    pre = f"blk.{i}."
+    E = kv.get("expert_count", int, 0)
+    k = kv.get("expert_used_count", int, 0)
+    if not 0 < k <= E:
+        raise ValueError(f"{g.path}: layer {i} has experts but {arch.gguf}.expert_count = {E}, expert_used_count = {k}")
+    ff = f["intermediate_size"]
+    width = kv.get("expert_feed_forward_length", int, ff if arch.gguf == "llama" else ff // k)
+    dense = 0
+    if pre + "ffn_up_shexp.weight" in g.tensors:
+        dense = kv.get("expert_shared_feed_forward_length", int, g.info(pre + "ffn_up_shexp.weight").rows)
+    elif pre + "ffn_up.weight" in g.tensors:
+        dense = ff
+    return dict(num_experts=E, num_experts_used=k, expert_intermediate_size=width, intermediate_size=dense,
+                moe_norm_topk=int(bool(arch.gguf_moe_norm)))
 
 
 def _gemma4_fields(g: gguf.GGUFFile, kv: _KV, arch: Arch, i: int, L: int, f: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,9 +262,13 @@ def _arch(g: gguf.GGUFFile) -> tuple[Arch, _KV, int]:
         raise NotImplementedError(f"{g.path}: GGUF architecture {name!r} is not supported; "
                                   f"supported: {', '.join(GGUF_ARCHS)}")
     kv = _KV(g.metadata, name, g.path)
-    for key in ("expert_count", "expert_used_count"):
-        if kv.get(key, int, 0) > 0:
-            raise NotImplementedError(f"{g.path}: {name}.{key} > 0 (mixture of experts) is not supported")
+    if kv.get("expert_count", int, 0) > 0:
+        if arch.gguf_moe_norm is None:
+            raise NotImplementedError(f"{g.path}: {name}.expert_count > 0: rlxc (and llama.cpp) run no experts for "
+                                      f"{name}")
+        gating = kv.get("expert_gating_func", int, 1)
+        if gating != 1:
+            raise NotImplementedError(f"{g.path}: {name}.expert_gating_func {gating} (rlxc routes by softmax, 1)")
     L = kv.get("block_count", int)
     # every layer has tensors: a larger count is corrupt, and the per-layer work (a list of L
     # sliding-window flags per layer, ...) would run for ever on a count like 2**32
@@ -307,19 +334,38 @@ def model_from_gguf(g: GGUFFile, weights: str | None = None, threads: int | None
     for i in range(L):
         f = gguf_layer_fields(g, i, max_seq)
         layer = Layer(**f)
+        E = f.get("num_experts", 0)
         pre = f"blk.{i}."
         types: dict[str, str] = {}
         hd, nq, nkv = f["head_dim"], f["num_q_heads"], f["num_kv_heads"]
         # a gated FFN without ffn_gate has the gate rows first in ffn_up (phi3)
-        fused_up = f["ffn_type"] == FfnType.GATED and (pre + "ffn_gate.weight") not in g
+        fused_up = f["ffn_type"] == FfnType.GATED and (pre + arch.slot_tensors["gate_proj"]) not in g
         for suffix, slot in blk.items():
             name = pre + suffix
             if name not in g:
                 continue
             t = g.info(name)
-            if len(t.shape) > 2:
-                raise ValueError(f"{g.path}: {name} has {len(t.shape)} dimensions")
-            if slot == "qkv":  # fused [q | k | v] rows (phi3): row slices of the mapped bytes are still views
+            experts = slot in EXPERT_SLOTS or slot == "gate_up_exps"
+            if len(t.shape) > 2 and not (experts and len(t.shape) == 3 and t.shape[2] == E):
+                raise ValueError(f"{g.path}: {name} has shape {t.shape}")
+            if slot == "gate_up_exps":  # [E][gate rows, up rows]: copied apart (not in place)
+                per = 2 * f["expert_intermediate_size"]
+                if t.rows != E * per:
+                    raise ValueError(f"{g.path}: {name} has {t.rows} rows, {E} experts of {per} need {E * per}")
+                both = g.raw(name).reshape(E, per, -1)
+                for s, half in (("gate_exps", both[:, :per // 2]), ("up_exps", both[:, per // 2:])):
+                    if weights is None:
+                        layer.set_weight_raw(s, np.ascontiguousarray(half).reshape(E * per // 2, -1), t.cols,
+                                             cast(Any, t.wtype))
+                        types[s] = t.wtype
+                    else:
+                        types[s] = matrix(layer, s, np.ascontiguousarray(half).reshape(E * per // 2, -1), t)
+            elif slot == "router":  # kept as stored where the engine multiplies it (llama.cpp: F32)
+                if weights is None and t.wtype in supported:
+                    layer.set_weight_view(slot, g.raw(name), t.cols, cast(Any, t.wtype))
+                else:
+                    layer.set_weight(slot, g.array(name).reshape(t.rows, t.cols))
+            elif slot == "qkv":  # fused [q | k | v] rows (phi3): row slices of the mapped bytes are still views
                 for s, rows in zip(("q_proj", "k_proj", "v_proj"), split_qkv(g.raw(name), nq, nkv, hd, f"{g.path}: {name}")):
                     types[s] = matrix(layer, s, rows, t)
             elif slot == "qkv.bias":
@@ -341,7 +387,13 @@ def model_from_gguf(g: GGUFFile, weights: str | None = None, threads: int | None
                 if slot == "up_proj.bias" and fused_up:
                     gate, vec = split_gate_up(vec, f["intermediate_size"], f"{g.path}: {name}")
                     bias(layer, "gate_proj.bias", gate)
+                if slot == "router_norm":  # llama.cpp: rms_norm(x) / sqrt(hidden) * scale
+                    vec = vec * np.float32(f["hidden_size"] ** -0.5)
                 bias(layer, slot, vec)
+        if E and arch.gguf != "gemma4":
+            scale = kv.get("expert_weights_scale", float, 0.0)
+            if scale not in (0.0, 1.0):  # llama.cpp multiplies the chosen experts' weights by it
+                layer.set_weight("expert_scale", np.full(E, scale, np.float32))
         if arch.gemma4:
             if f["rope_layout"] == RopeLayout.PROPORTIONAL:
                 rotated = _gemma4_rope_freqs(g, f["head_dim"])

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from . import archs
 from ._enums import Activation, FfnType, NormType, RopeLayout
 from ._layer import Layer
-from .archs import FUSED, GEMMA4_SCALAR, GGUF_ARCHS, UNROTATED, Arch, permute_rows
+from .archs import EXPERT_SLOTS, FUSED, GEMMA4_SCALAR, GGUF_ARCHS, UNROTATED, Arch, permute_rows
 from .gguf import GGUFWriter
 from .model import Model, QuantMatrix
 from .wtypes import type_id
@@ -152,6 +152,49 @@ def _hparams(w: GGUFWriter, a: _Add, arch: Arch, model: Model, layers: Sequence[
         w.tensor("rope_freqs.weight", ff, 0, (ff.size,))
 
 
+def _moe_hparams(a: _Add, arch: Arch, layers: Sequence[Layer]) -> None:
+    """The expert keys, where the layers have experts: llama.cpp's architectures with experts run
+    them on every layer, of one shape, with the renormalisation their code hard-codes."""
+    E = _uniform(layers, "num_experts")
+    if E == 0:
+        return
+    if arch.gguf_moe_norm is None:
+        raise NotImplementedError(f"rlxc.save: llama.cpp runs no experts for {arch.gguf}")
+    if isinstance(E, list):
+        raise NotImplementedError(f"rlxc.save: {arch.gguf} with experts on some layers only (llama.cpp: every layer)")
+    for fld in ("num_experts_used", "expert_intermediate_size", "moe_norm_topk"):
+        if isinstance(_uniform(layers, fld), list):
+            raise NotImplementedError(f"rlxc.save: {arch.gguf} layers with different {fld}")
+    l0 = layers[0]
+    if bool(l0.moe_norm_topk) != arch.gguf_moe_norm:
+        raise NotImplementedError(f"rlxc.save: moe_norm_topk={bool(l0.moe_norm_topk)}, but llama.cpp's {arch.gguf} "
+                                  f"always runs it {arch.gguf_moe_norm}")
+    only = {"shared_gate": "qwen2moe", "router_norm": "gemma4", "moe_norm": "gemma4", "dense_post_norm": "gemma4",
+            "moe_post_norm": "gemma4"}
+    for i, lay in enumerate(layers):
+        dense = int(lay.intermediate_size) > 0
+        if dense != (arch.gguf in ("qwen2moe", "gemma4")):
+            raise NotImplementedError(f"rlxc.save: {arch.gguf} layer {i} {'with' if dense else 'without'} a dense FFN "
+                                      "beside its experts")
+        for slot, owner in only.items():
+            if (lay.weight_type(slot) is not None) != (arch.gguf == owner and (dense or slot != "shared_gate")):
+                raise NotImplementedError(f"rlxc.save: {arch.gguf} layer {i}: {slot} "
+                                          f"{'set' if lay.weight_type(slot) else 'unset'} (llama.cpp's {owner} only)")
+    a("expert_count", int(E))
+    a("expert_used_count", int(l0.num_experts_used))
+    if arch.gguf != "llama":  # llama's are feed_forward_length wide (save)
+        a("expert_feed_forward_length", int(l0.expert_intermediate_size))
+    if arch.gguf == "qwen2moe":
+        a("expert_shared_feed_forward_length", int(l0.intermediate_size))
+    if arch.gguf != "gemma4":
+        scales = [lay.weight("expert_scale") if lay.weight_type("expert_scale") else None for lay in layers]
+        if any(x is not None for x in scales):
+            vals = {float(v) for x in scales if x is not None for v in x}
+            if any(x is None for x in scales) or len(vals) != 1:
+                raise NotImplementedError(f"rlxc.save: {arch.gguf} expert_scale other than one value for all")
+            a("expert_weights_scale", vals.pop())
+
+
 def _gemma4_hparams(w: GGUFWriter, a: _Add, model: Model, layers: Sequence[Layer]) -> None:
     """Gemma 4 keys and its model-level tensors (rope_freqs, per-layer embeddings) for
     :func:`save`, as llama.cpp's converter writes them: the generic keys describe the
@@ -285,7 +328,10 @@ def save(model: Model, path: str | os.PathLike[str]) -> None:
         else:
             a(key, int(v))
 
-    scalar_or_array("feed_forward_length", "intermediate_size")
+    # llama's experts (Mixtral) are feed_forward_length wide, beside no dense FFN
+    mixtral = arch.gguf == "llama" and any(int(lay.num_experts) for lay in layers)
+    scalar_or_array("feed_forward_length", "expert_intermediate_size" if mixtral else "intermediate_size")
+    _moe_hparams(a, arch, layers)
     scalar_or_array("attention.head_count", "num_q_heads")
     scalar_or_array("attention.head_count_kv", "num_kv_heads")
     if arch.gemma4:
@@ -347,6 +393,13 @@ def save(model: Model, path: str | os.PathLike[str]) -> None:
                 data = data + np.float32(qk_off)
             if arch.permuted_qk and slot in ("q_proj", "k_proj", "q_proj.bias", "k_proj.bias"):
                 data = permute_rows(data, lay.num_q_heads if slot.startswith("q") else lay.num_kv_heads)
+            if slot in EXPERT_SLOTS:  # stacked [E][rows][cols]
+                E = int(lay.num_experts)
+                shape = (shape[0], shape[1] // E, E)
+            if slot == "router_norm":  # the router's own scale (llama.cpp divides by sqrt(hidden) itself)
+                data = (data.astype(np.float64) * math.sqrt(H)).astype(np.float32)
+            if slot == "expert_scale" and not arch.gemma4:
+                continue  # expert_weights_scale (_moe_hparams)
             w.tensor(pre + tname, data, tid, shape)
         if arch.gemma4:  # the converter writes every layer's layer_scalar buffer
             w.tensor(pre + GEMMA4_SCALAR, np.array([lay.layer_scalar], np.float32), 0, (1,))
