@@ -28,12 +28,18 @@ T = 16
 SAVE_ARCHS = {
     "llama": ("llama", {}),
     "qwen2": ("qwen2", dict(use_sliding_window=False, layer_types=None)),
-    "qwen3": ("qwen3", dict(use_sliding_window=False, layer_types=None)),
+    # llama.cpp's qwen3 takes q/k/v biases but no o_proj bias (test_save_refuses_a_bias_llama_cpp_drops)
+    "qwen3": ("qwen3", dict(use_sliding_window=False, layer_types=None, attention_bias=False)),
     "gemma": ("gemma", {}),
     "gemma2": ("gemma2", dict(query_pre_attn_scalar=16)),
     "gemma3": ("gemma3", dict(query_pre_attn_scalar=16)),
     "starcoder2": ("starcoder2", dict(sliding_window=None)),
     "phi3": ("phi3", dict(sliding_window=None)),
+    # mixture of experts, every layer (as llama.cpp runs these architectures)
+    "qwen3_moe": ("qwen3_moe", dict(mlp_only_layers=[], use_sliding_window=False, attention_bias=False)),
+    "mixtral": ("mixtral", dict(sliding_window=None)),
+    "qwen2_moe": ("qwen2_moe", dict(use_sliding_window=False, layer_types=None, norm_topk_prob=False)),
+    "gemma4_moe": ("gemma4_moe", {}),
 }
 
 
@@ -162,6 +168,20 @@ def test_save_load_round_trip(arch, tmp_path):
     assert list(g1.tensors) == list(g2.tensors)
     for n in g1.tensors:
         np.testing.assert_array_equal(g1.raw(n), g2.raw(n))
+
+
+@pytest.mark.parametrize("arch,over,match", [
+    ("qwen3", dict(use_sliding_window=False, layer_types=None, attention_bias=True), "o_proj.bias"),
+    ("qwen3_moe", dict(use_sliding_window=False), "experts on some layers"),  # mlp_only_layers=[2]
+    ("qwen2_moe", dict(use_sliding_window=False, layer_types=None, norm_topk_prob=True), "moe_norm_topk"),
+])
+def test_save_refuses_what_llama_cpp_would_not_run(arch, over, match, tmp_path):
+    """A file llama.cpp cannot load (an extra bias tensor) or would run differently (experts on
+    every layer, renormalisation hard-coded per architecture) is not written."""
+    model = rlxc.from_hf(P.build(arch, **over))
+    with pytest.raises(NotImplementedError, match=match):
+        rlxc.save(model, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
 
 
 def test_save_reader_matches_gguf_package(tmp_path):

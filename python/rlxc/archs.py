@@ -173,6 +173,8 @@ class Arch:
     #: "mixtral" (num_local_experts of intermediate_size, every layer, renormalised); Gemma 4's
     #: enable_moe_block is its own (see rlxc.hf)
     moe: str = ""
+    #: biases llama.cpp loads for this GGUF architecture besides q/k/v's (which every one takes)
+    gguf_biases: tuple[str, ...] = ()
     #: llama.cpp runs experts for this GGUF architecture: None (it does not), else whether it
     #: renormalises the chosen experts' weights (hard-coded per architecture)
     gguf_moe_norm: bool | None = None
@@ -197,6 +199,7 @@ _SANDWICH: dict[str, Any] = dict(sandwich_norm=True, hf_final_softcap=True, hf_a
 ARCHS: tuple[Arch, ...] = (
     Arch("llama", "llama", ("LlamaConfig", "LlamaForCausalLM"), permuted_qk=True, hf_sliding="none",
          hf_config_head_dim=True, gguf_moe_norm=True, layer_tensors={**GGUF_LAYER_TENSORS, **MOE_LAYER_TENSORS},
+         gguf_biases=("o_proj.bias", "gate_proj.bias", "up_proj.bias", "down_proj.bias"),
          hf_biases={"qkv_bias": "attention_bias", "o_bias": "attention_bias", "ffn_up_bias": "mlp_bias",
                     "ffn_down_bias": "mlp_bias"}),
     Arch("mistral", "llama", permuted_qk=True, hf_sliding="config"),
@@ -226,7 +229,8 @@ ARCHS: tuple[Arch, ...] = (
          eps_key="attention.layer_norm_epsilon", hf_sliding="config",
          hf_biases={"input_norm_bias": 1, "post_attn_norm_bias": 1, "qkv_bias": "use_bias", "o_bias": "use_bias",
                     "ffn_up_bias": "use_bias", "ffn_down_bias": "use_bias"},
-         hf_ffn_names={"ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}, hf_config_extra={"sliding_window": None}),
+         hf_ffn_names={"ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}, hf_config_extra={"sliding_window": None},
+         gguf_biases=("attn_norm.bias", "ffn_norm.bias", "o_proj.bias", "up_proj.bias", "down_proj.bias")),
     Arch("phi3", "phi3", ("Phi3Config", "Phi3ForCausalLM"), fused=True, full_head_rope=False, hf_sliding="config",
          gguf_longrope=True,
          hf_ffn_names={"ffn_up": "mlp.gate_up_proj"}, hf_config_extra={"pad_token_id": 0}),

@@ -346,6 +346,9 @@ def model_from_gguf(g: GGUFFile, weights: str | None = None, threads: int | None
                 continue
             t = g.info(name)
             experts = slot in EXPERT_SLOTS or slot == "gate_up_exps"
+            if experts and not E:
+                raise NotImplementedError(f"{g.path}: tensor {name!r} in a layer without a router (ffn_gate_inp) "
+                                          f"or without {arch.gguf}.expert_count")
             if len(t.shape) > 2 and not (experts and len(t.shape) == 3 and t.shape[2] == E):
                 raise ValueError(f"{g.path}: {name} has shape {t.shape}")
             if slot == "gate_up_exps":  # [E][gate rows, up rows]: copied apart (not in place)
@@ -484,6 +487,9 @@ def _gemma4_ple(g: GGUFFile, kv: _KV, L: int, H: int, layers: list[Layer]) -> di
 def _hf_arch(g: GGUFFile) -> tuple[Arch, _KV, int, tuple[str, str]]:
     """:func:`_arch` for the GGUF -> transformers helpers, with the transformers classes."""
     arch, kv, L = _arch(g)
+    if kv.get("expert_count", int, 0) > 0:
+        raise NotImplementedError(f"{g.path}: no GGUF -> transformers mapping for mixture-of-experts files here "
+                                  "(compare against the Hugging Face checkpoint, or llama.cpp's logits)")
     if arch.hf_classes is None:
         raise NotImplementedError(f"{g.path}: no GGUF -> transformers mapping for {arch.gguf} here "
                                   "(compare against its Hugging Face checkpoint instead)")

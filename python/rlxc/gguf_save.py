@@ -385,6 +385,8 @@ def save(model: Model, path: str | os.PathLike[str]) -> None:
                 raise ValueError(f"rlxc.save: layer {i} has no {slot}")
             data, tid, shape = got
             tname = slot_tensors.get(slot)
+            if slot.endswith(".bias") and slot not in ("q_proj.bias", "k_proj.bias", "v_proj.bias") + arch.gguf_biases:
+                raise NotImplementedError(f"rlxc.save: layer {i}'s {slot}: llama.cpp's {arch.gguf} has no such bias")
             if tname is None:
                 raise NotImplementedError(f"rlxc.save: weight {slot} has no GGUF name")
             if slot in ("attn_norm", "ffn_norm", "attn_post_norm", "ffn_post_norm") and off:
