@@ -32,7 +32,7 @@ def alone(m, prompt, tokens):
 
 @pytest.mark.parametrize("arch,weights,act", [
     ("gemma3", "f32", "f32"), ("gemma3", "q8_0", "q8"), ("llama", "q4_0", "f32"), ("gemma4_kv", "f32", "f32"),
-    ("gemma4_ple", "q8_0", "q8"),
+    ("gemma4_ple", "q8_0", "q8"), ("qwen2_moe", "q8_0", "f32"), ("mixtral", "q4_0", "f32"),
 ])
 def test_each_sequence_of_a_batch_equals_it_alone(arch, weights, act, isa):
     over = dict(sliding_window=8) if arch == "gemma3" else {}

@@ -26,7 +26,8 @@ from rlxc._rlxc import Engine, Pipeline  # noqa: E402
 from test_hf_parity import build, token_ids  # noqa: E402
 
 THREADS = (1, 2, 3, 7)
-ARCH_CASES = [("gemma4_ple", "q4_0"), ("gemma2", "q8_0"), ("llama", "f32"), ("gemma4_kv", "q4_0")]
+ARCH_CASES = [("gemma4_ple", "q4_0"), ("gemma2", "q8_0"), ("llama", "f32"), ("gemma4_kv", "q4_0"), ("qwen3_moe", "q8_0"),
+              ("gemma4_moe", "q4_0")]
 
 
 def run(model, ids, n_prompt: int) -> np.ndarray:

@@ -50,7 +50,10 @@ def ids(n: int = T, seed: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------- HF folders
 
 HF_ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "starcoder2", "phi3",
-            "gemma4_ple", "gemma4_kv"]
+            "gemma4_ple", "gemma4_kv",
+            # experts as the hub keeps them (one tensor per expert: Qwen's mlp.experts.E.*, Mixtral's
+            # block_sparse_moe.experts.E.w1/w2/w3) and as transformers stacks them (Gemma 4)
+            "qwen3_moe", "mixtral", "qwen2_moe", "gemma4_moe"]
 
 
 @pytest.mark.parametrize("arch", HF_ARCHS)
@@ -65,6 +68,17 @@ def test_hf_folder_matches_from_hf(arch, tmp_path):
         assert got.tokenizer is None  # the tiny folders have no tokenizer files
         assert [l.fields() for l in got.layers] == [l.fields() for l in ref.layers]
         np.testing.assert_array_equal(got.forward(x), ref.forward(x))
+
+
+def test_hf_folder_missing_expert(tmp_path):
+    from safetensors.numpy import load_file, save_file
+    P.build("qwen3_moe").save_pretrained(tmp_path)
+    st = tmp_path / "model.safetensors"
+    tensors = load_file(st)
+    del tensors["model.layers.1.mlp.experts.5.up_proj.weight"]
+    save_file(tensors, st, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="layer 1: the experts' up matrices are for experts"):
+        rlxc.load(tmp_path)
 
 
 def test_hf_folder_bf16_sharded(tmp_path):

@@ -31,6 +31,37 @@ __all__ = ["model_from_folder"]
 _F32 = npt.NDArray[np.float32]
 
 _HF_LAYER_IGNORE = ("rotary_emb.inv_freq", "self_attn.rotary_emb.inv_freq")
+# one expert's matrix in a hub checkpoint: Qwen's mlp.experts.E.gate_proj, Mixtral's
+# block_sparse_moe.experts.E.w1 (gate) / w3 (up) / w2 (down)
+_EXPERT_PARTS = {"gate_proj": "gate_exps", "up_proj": "up_exps", "down_proj": "down_exps", "w1": "gate_exps",
+                 "w3": "up_exps", "w2": "down_exps"}
+# transformers' own stacked form, [E, 2I, H] (gate rows first) and [E, H, I]
+_STACKED_EXPERTS = ("mlp.experts.gate_up_proj", "experts.gate_up_proj", "mlp.experts.down_proj", "experts.down_proj")
+
+
+def _expert_part(n: str) -> tuple[str, int] | None:
+    """(slot, expert) of a per-expert parameter name, else None."""
+    pieces = n.split(".")
+    if (len(pieces) == 5 and pieces[0] in ("mlp", "block_sparse_moe") and pieces[1] == "experts"
+            and pieces[2].isdigit() and pieces[2].isascii() and pieces[3] in _EXPERT_PARTS and pieces[4] == "weight"):
+        return _EXPERT_PARTS[pieces[3]], int(pieces[2])
+    return None
+
+
+def _stack_experts(parts: Mapping[str, Mapping[int, _F32]], f: Mapping[str, Any], where: str) -> dict[str, _F32]:
+    """The per-expert matrices stacked expert by expert into rlxc's gate_exps / up_exps / down_exps."""
+    E, I, H = f["num_experts"], f["expert_intermediate_size"], f["hidden_size"]
+    out = {}
+    for slot, shape in (("gate_exps", (I, H)), ("up_exps", (I, H)), ("down_exps", (H, I))):
+        got = parts.get(slot, {})
+        if sorted(got) != list(range(E)):
+            raise ValueError(f"{where}: the experts' {slot[:-5]} matrices are for experts {sorted(got)[:8]}, "
+                             f"expected 0 .. {E - 1}")
+        for e, w in got.items():
+            if w.shape != shape:
+                raise ValueError(f"{where}: expert {e}'s {slot[:-5]} matrix has shape {w.shape}, expected {shape}")
+        out[slot] = np.concatenate([got[e] for e in range(E)], axis=0)
+    return out
 # torch dtype names a config's torch_dtype / dtype may give (rlxc reads the tensors' own dtypes)
 _TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "float", "half", "double", "float8_e4m3fn",
                  "float8_e5m2", "int8", "uint8", "auto")
@@ -124,6 +155,7 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
         lp = f"{prefix}layers.{i}."
         names = [k[len(lp):] for k in ck.where if k.startswith(lp)]
         ws: dict[str, _F32] = {}
+        experts: dict[str, dict[int, _F32]] = {}
         try:
             probe = Layer(**f)
         except ValueError as e:  # a rule of the engine's fields (rotary_dim even, ...)
@@ -141,6 +173,25 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
                 ws["q_proj"], ws["k_proj"], ws["v_proj"] = split_qkv(
                     ck.get(lp + n), f["num_q_heads"], f["num_kv_heads"], f["head_dim"], f"{folder}: {lp + n}")
                 continue
+            part = _expert_part(n)
+            if part is not None and f["num_experts"]:
+                experts.setdefault(part[0], {})[part[1]] = ck.get(lp + n)
+                continue
+            if n in _STACKED_EXPERTS and f["num_experts"]:
+                E, I, H = f["num_experts"], f["expert_intermediate_size"], f["hidden_size"]
+                w = ck.get(lp + n)
+                want = (E, 2 * I, H) if n.endswith("gate_up_proj") else (E, H, I)
+                if w.shape != want:
+                    raise ValueError(f"{folder}: {lp + n} has shape {w.shape}, expected {want}")
+                if n.endswith("gate_up_proj"):
+                    experts["gate_exps"] = {e: w[e, :I] for e in range(E)}
+                    experts["up_exps"] = {e: w[e, I:] for e in range(E)}
+                else:
+                    experts["down_exps"] = {e: w[e] for e in range(E)}
+                continue
+            if n == "router.scale" and f["num_experts"]:  # Gemma 4: rlxc's router_norm is it / sqrt(hidden)
+                ws["router_norm"] = ck.get(lp + n).reshape(-1) * np.float32(f["hidden_size"] ** -0.5)
+                continue
             if n == "mlp.gate_up_proj.weight":
                 ws["gate_proj"], ws["up_proj"] = split_gate_up(ck.get(lp + n), f["intermediate_size"],
                                                                f"{folder}: {lp + n}")
@@ -150,6 +201,10 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
             except KeyError:
                 raise NotImplementedError(f"{folder}: parameter {lp + n!r} ({mtype}) is not supported") from None
             ws[slot] = ck.get(lp + n)
+            if slot == "shared_gate":  # a Linear(hidden, 1)
+                ws[slot] = ws[slot].reshape(-1)
+        if f["num_experts"]:
+            ws.update(_stack_experts(experts, f, f"{folder}: layer {i}"))
         _, factors = hf.rope_fields(config, i, max_seq)
         if factors is not None:
             ws["rope_freq_factors"] = factors
