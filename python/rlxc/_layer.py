@@ -84,6 +84,14 @@ Weight slots (shapes for hidden H, q heads Q, kv heads K, head_dim D, intermedia
   [H, I] (+ down_proj.bias), ffn_post_norm [H] (sandwich_norm), ple_gate [P, H], ple_proj
   [H, P], ple_norm [H] (Gemma 4 per-layer embeddings, P = ple_dim), rope_freq_factors
   [rotary_dim / 2] (scaled RoPE frequencies: llama3, YaRN, LongRoPE, linear).
+Mixture of experts (num_experts E > 0, each of expert_intermediate_size X; the dense FFN slots
+then hold the FFN beside the experts, if intermediate_size > 0): router [E, H] (float32, as
+llama.cpp keeps it), gate_exps / up_exps [E*X, H] and down_exps [E*H, X] (the experts stacked,
+expert e's rows from e*X, resp. e*H, as in GGUF's ffn_*_exps); optional: expert_scale [E]
+(multiplies a chosen expert's weight), router_norm [H] (the router reads RMSNorm(resid_mid) * w
+instead of mlp_in: Gemma 4's scale * H**-0.5), moe_norm [H] (the experts read the norm of
+resid_mid with it), shared_gate [H] (the dense FFN's output times sigmoid(w . mlp_in): Qwen2-MoE),
+dense_post_norm / moe_post_norm [H] (norms of the two outputs before their sum: Gemma 4).
 Interventions, optional f32 vectors (also as attributes: ``layer.steer_resid_post = vec``):
   steer_resid_pre / steer_resid_mid / steer_resid_post [H] (added times ``steer_scale``),
   head_scale [Q] (multiplies each head's attention output), neuron_scale [I] (multiplies mlp_act).

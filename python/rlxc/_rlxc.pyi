@@ -76,6 +76,10 @@ class Layer:
     kv_shared_from: int
     ple_dim: int
     steer_scale: float
+    num_experts: int
+    num_experts_used: int
+    expert_intermediate_size: int
+    moe_norm_topk: bool
     @property
     def nbytes(self) -> int: ...
     def __init__(self, **fields: Any) -> None: ...
