@@ -12,7 +12,8 @@
 # and thread count: llama-bench (pp256, tg32) and rlxc with each RLXC_SPIN_US of $SPINS (default
 # 0,50,300; 50 is rlxc's default), taking turns; last (unless BUSY=0), the same on 2 cores with one
 # kept busy. TYPE=Q4_K_M (any llama-quantize type) also builds llama-quantize and first
-# requantizes the Llama to that type (the same file for both engines).
+# requantizes the Llama to that type (the same file for both engines). MODEL=qwen3moe measures
+# benchmarks/vs_llama_bench.py's random Qwen3-MoE (30B-A3B layer shape, Q8_0) instead.
 D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)|L3"
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -26,6 +27,11 @@ for v in rlxc; do
   mkdir -p $W/$v && tar xzf $D/$v.tgz -C $W/$v
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail -20 $W/pip_$v.log; exit 1; }
 done
+if [ "${MODEL:-llama}" = qwen3moe ]; then
+PYTHONPATH=$W/pkg_rlxc python3 -c "
+import sys, shutil; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v
+shutil.move(v.random_moe_gguf($LAYERS), '$W/m.gguf')" || exit 1
+else
 PYTHONPATH=$W/llama.cpp/gguf-py:$W/pkg_rlxc python3 - <<PY || exit 1
 import sys, torch, transformers as tf, rlxc
 sys.path.insert(0, "$W/rlxc/benchmarks")
@@ -37,6 +43,7 @@ with torch.no_grad():
     m = tf.LlamaForCausalLM(cfg).eval()
 write_llama_gguf(rlxc.from_hf(m, weights="q4_0", max_seq=1024), "$W/m.gguf", 10000.0)
 PY
+fi
 wait $LPID; ls $W/llama.cpp/build/bin/llama-bench || { tail $W/lbuild.log; exit 1; }
 if [ -n "${TYPE:-}" ]; then
   $W/llama.cpp/build/bin/llama-quantize --allow-requantize $W/m.gguf $W/mq.gguf $TYPE >$W/quantize.log 2>&1 &&

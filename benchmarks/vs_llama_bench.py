@@ -148,6 +148,7 @@ def random_moe_gguf(layers: int) -> str:
     path = os.path.join(OUT, f"qwen3moe_q8_0_{layers}l.gguf")
     if os.path.exists(path):
         return path
+    os.makedirs(OUT, exist_ok=True)
     import rlxc
 
     rng = np.random.default_rng(0)
