@@ -50,7 +50,7 @@ compile() { # tag flags files...
 }
 
 compile ref "" csrc/kernels_ref.c csrc/kernels_wtypes.c csrc/fp16.c csrc/dispatch.c
-compile engine "" csrc/layer.c csrc/linear.c csrc/pipeline.c csrc/model.c csrc/taps.c csrc/kvcache.c csrc/attention.c csrc/threads.c
+compile engine "" csrc/layer.c csrc/linear.c csrc/pipeline.c csrc/moe.c csrc/model.c csrc/taps.c csrc/kvcache.c csrc/attention.c csrc/threads.c
 for d in "${!DIR_FLAGS[@]}"; do
     compile "${d#kernels_}" "${DIR_FLAGS[$d]}" "$d"/*.c
 done

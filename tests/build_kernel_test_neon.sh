@@ -117,7 +117,7 @@ for d in "${!ARM_FLAGS[@]}"; do objs+=("$OUT/ext/${d}"_*.o); done
 "$CC" -O2 -std=gnu11 -Wall -Wextra tests/test_kernels.c "${objs[@]}" -lsleef -lm -o "$OUT/test_kernels"
 # The whole-model engine (tests/test_model.c) on the same objects plus the engine's own.
 eng=()
-for f in layer linear pipeline model taps kvcache attention threads; do eng+=("$OUT/ext/csrc_$f.o"); done
+for f in layer linear pipeline moe model taps kvcache attention threads; do eng+=("$OUT/ext/csrc_$f.o"); done
 "$CC" -O2 -std=gnu11 -Wall -Wextra -Icsrc tests/test_model.c "${objs[@]}" "${eng[@]}" -fopenmp -lsleef -lm \
     -o "$OUT/test_model"
 grep -q 'Machine:.*AArch64' <<< "$("${CC%gcc}readelf" -h "$OUT/test_kernels")" || fail "$OUT/test_kernels is not an aarch64 executable"

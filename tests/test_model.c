@@ -1,6 +1,7 @@
 /* The whole-model engine (rlxc_model) from plain C, without Python: a small random model with
  * every kind of layer part (sliding and full attention, partial RoPE, q/k norms, shared K/V,
- * sandwich norms, biases, Gemma 4 per-layer inputs, quantized and float weights, an untied
+ * sandwich norms, biases, Gemma 4 per-layer inputs, experts beside the dense FFN, quantized and
+ * float weights, an untied
  * quantized lm_head, final softcap) built through rlxc.h alone, then for each ISA:
  *   - prefill and decode give identical bits on 1, 2, 3 and 7 threads (both activation modes);
  *   - a prefill's logits match token-by-token decodes (1e-4 relative to the largest logit);
@@ -86,6 +87,12 @@ static void configure(rlxc_layer *l, int i) {
     l->attn_softcap = i == 2 ? 30.0f : 0.0f;
     l->layer_scalar = i == 3 ? 0.5f : 1.0f;
     l->ple_dim = P;
+    if (i % 2) { /* experts beside the dense FFN: 2 of 6 (layer 1), all 5 (layer 3) */
+        l->num_experts = i == 1 ? 6 : 5;
+        l->num_experts_used = i == 1 ? 2 : 5;
+        l->expert_intermediate_size = i == 1 ? 64 : 32;
+        l->moe_norm_topk = i == 1;
+    }
 }
 
 /* Every slot the layer uses: matrices in q4_0 / q8_0 / f32 by layer, vectors near 1 (norms) or 0. */
