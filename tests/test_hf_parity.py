@@ -299,6 +299,37 @@ def test_quantized_f32_activations_match_hf_on_dequantized_weights(arch, wtype, 
     assert rel_err(model.forward(ids), ref) > 10 * F32_TOL
 
 
+MOE_ARCHS = ["qwen3_moe", "mixtral", "qwen2_moe", "gemma4_moe"]
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_moe_test_data_has_no_routing_ties(arch, models):
+    """(f) The parity above would hide nothing behind a near tie: at every token of the test
+    sequences (forward and prefill + decode, seeds 0 and 1), every MoE layer's k-th and (k+1)-th
+    expert probabilities differ by far more than float32 rounding (> 1e-4), so both engines must
+    pick the same experts."""
+    hf = models(arch)
+    probs = []
+
+    def hook(mod, args, out):
+        first = out[0].detach().float()
+        probs.append(first if arch == "gemma4_moe" else torch.softmax(first, -1))
+
+    routers = [m for n, m in hf.named_modules() if type(m).__name__.endswith(("TopKRouter", "TextRouter"))]
+    assert routers
+    handles = [r.register_forward_hook(hook) for r in routers]
+    try:
+        for seed in (0, 1):
+            hf_logits(hf, token_ids(T, seed=seed))
+    finally:
+        for h in handles:
+            h.remove()
+    k = int(from_hf(hf).layers[0].num_experts_used)
+    for p in probs:
+        top = torch.sort(p, -1, descending=True).values
+        assert float((top[:, k - 1] - top[:, k]).min()) > 1e-4
+
+
 # ----------------------------------------------------------------------------- (c) Gemma 4
 
 def test_gemma4_variant_fields(models):
