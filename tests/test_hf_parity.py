@@ -304,10 +304,11 @@ MOE_ARCHS = ["qwen3_moe", "mixtral", "qwen2_moe", "gemma4_moe"]
 
 @pytest.mark.parametrize("arch", MOE_ARCHS)
 def test_moe_test_data_has_no_routing_ties(arch, models):
-    """(f) The parity above would hide nothing behind a near tie: at every token of the test
-    sequences (forward and prefill + decode, seeds 0 and 1), every MoE layer's k-th and (k+1)-th
-    expert probabilities differ by far more than float32 rounding (> 1e-4), so both engines must
-    pick the same experts."""
+    """(f) The parity above hides nothing behind a near tie: at every token of the test sequences
+    (forward and prefill + decode, seeds 0 and 1), every MoE layer's k-th and (k+1)-th expert
+    probabilities differ by > 1e-5 (measured minimum 2e-5; Gemma 4's router is nearly uniform
+    here, its probabilities 0.125 +- 0.002), while the hidden states of the two engines agree to
+    ~1e-6 relative, which moves a probability by ~1e-7: both must pick the same experts."""
     hf = models(arch)
     probs = []
 
@@ -327,7 +328,7 @@ def test_moe_test_data_has_no_routing_ties(arch, models):
     k = int(from_hf(hf).layers[0].num_experts_used)
     for p in probs:
         top = torch.sort(p, -1, descending=True).values
-        assert float((top[:, k - 1] - top[:, k]).min()) > 1e-4
+        assert float((top[:, k - 1] - top[:, k]).min()) > 1e-5
 
 
 # ----------------------------------------------------------------------------- (c) Gemma 4
