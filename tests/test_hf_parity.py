@@ -120,14 +120,17 @@ ARCHS = {
 def randomize(model, seed: int, std: float = 0.1) -> None:
     """Randomize every parameter (and Gemma 4's layer_scalar buffers).
 
-    Norm weights (and LayerNorm biases): init value + N(0, 0.2), so Gemma's zero-init (1+w)
-    weights become ~N(0, 0.2) and an offset bug is visible; embeddings N(0, 0.5); every other
-    matrix / bias N(0, std)."""
+    Norm weights (and LayerNorm biases, Gemma 4's router scale): init value + N(0, 0.2), so
+    Gemma's zero-init (1+w) weights become ~N(0, 0.2) and an offset bug is visible; embeddings
+    N(0, 0.5); Gemma 4's router N(0, 2) (its input is normalised and scaled by hidden**-0.5: with
+    std weights every expert would be about as likely); every other matrix / bias N(0, std)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or name.endswith("router.scale"):
                 p.add_(torch.randn(p.shape, generator=g) * 0.2)
+            elif "router.proj" in name:  # Gemma 4 normalises the router's input: decisive routing needs
+                p.copy_(torch.randn(p.shape, generator=g) * 2.0)  # larger weights than std
             elif "embed" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             else:
@@ -306,8 +309,7 @@ MOE_ARCHS = ["qwen3_moe", "mixtral", "qwen2_moe", "gemma4_moe"]
 def test_moe_test_data_has_no_routing_ties(arch, models):
     """(f) The parity above hides nothing behind a near tie: at every token of the test sequences
     (forward and prefill + decode, seeds 0 and 1), every MoE layer's k-th and (k+1)-th expert
-    probabilities differ by > 1e-5 (measured minimum 2e-5; Gemma 4's router is nearly uniform
-    here, its probabilities 0.125 +- 0.002), while the hidden states of the two engines agree to
+    probabilities differ by > 1e-5 (measured minimum 2e-5), while the hidden states of the two engines agree to
     ~1e-6 relative, which moves a probability by ~1e-7: both must pick the same experts."""
     hf = models(arch)
     probs = []
