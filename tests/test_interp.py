@@ -45,7 +45,10 @@ def _ffn_norm(layer):
 
 
 def _down(layer):
-    return getattr(layer.mlp, "down_proj", None) or layer.mlp.c_proj
+    """The dense FFN's down projection (Qwen2-MoE: its shared expert's); None for experts only."""
+    dense = getattr(layer.mlp, "shared_expert", layer.mlp)
+    down = getattr(dense, "down_proj", None) or getattr(dense, "c_proj", None)
+    return down if isinstance(down, torch.nn.Module) else None
 
 
 def _attn_residual_module(layer):
@@ -173,7 +176,9 @@ def _interventions(model, hf, rng, ids):
         x[0, patch_pos] = tv["patch"]
         return x
 
-    return [
+    neuron = [("neuron_scale", lambda: set_(lay[2], neuron_scale=neurons), lambda: set_(lay[2], neuron_scale=None),
+               [(_down(L[2]), True, _replace_in(lambda x: x * tv["neurons"]))])] if I2 else []  # none: experts only
+    return neuron + [
         ("steer_resid_post", lambda: set_(lay[1], steer_resid_post=v_post, steer_scale=0.5),
          lambda: set_(lay[1], steer_resid_post=None, steer_scale=1.0),
          [(L[1], False, _replace_out(lambda x: x + 0.5 * tv["post"]))]),
@@ -183,8 +188,6 @@ def _interventions(model, hf, rng, ids):
          [(_attn_residual_module(L[0]), False, _replace_out(lambda x: x + tv["mid"]))]),
         ("head_scale", lambda: set_(lay[1], head_scale=heads), lambda: set_(lay[1], head_scale=None),
          [(L[1].self_attn.o_proj, True, _replace_in(head_fn))]),
-        ("neuron_scale", lambda: set_(lay[2], neuron_scale=neurons), lambda: set_(lay[2], neuron_scale=None),
-         [(_down(L[2]), True, _replace_in(lambda x: x * tv["neurons"]))]),
         ("patch", lambda: model.patch("layers.1.resid_post", patch_vals, patch_pos), model.clear_patches,
          [(L[1], False, _replace_out(patch_fn))]),
     ]

@@ -338,7 +338,8 @@ def row_bytes(wt, cols):
 @cfg(150)
 @given(st.sampled_from(SLOTS), st.data())
 def test_set_weight_rejects_bad_arrays(slot, data):
-    layer = rlxc.Layer(hidden_size=64, intermediate_size=64, ple_dim=32, has_qk_norm=True, qkv_bias=True)
+    layer = rlxc.Layer(hidden_size=64, intermediate_size=64, ple_dim=32, has_qk_norm=True, qkv_bias=True,
+                       num_experts=4, num_experts_used=2, expert_intermediate_size=32)
     shape = layer.weight_shape(slot)
     arr, exc = data.draw(st.sampled_from(bad_float_arrays(shape)))
     raises_clean(lambda: layer.set_weight(slot, arr), "array", exc=exc)

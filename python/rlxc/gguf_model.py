@@ -262,7 +262,10 @@ def _arch(g: gguf.GGUFFile) -> tuple[Arch, _KV, int]:
         raise NotImplementedError(f"{g.path}: GGUF architecture {name!r} is not supported; "
                                   f"supported: {', '.join(GGUF_ARCHS)}")
     kv = _KV(g.metadata, name, g.path)
-    if kv.get("expert_count", int, 0) > 0:
+    E, k = kv.get("expert_count", int, 0), kv.get("expert_used_count", int, 0)
+    if E > 0 and not 0 < k <= E:  # (llama.cpp asserts it too)
+        raise ValueError(f"{g.path}: {name}.expert_count = {E} needs an expert_used_count in [1, {E}], got {k}")
+    if E > 0:
         if arch.gguf_moe_norm is None:
             raise NotImplementedError(f"{g.path}: {name}.expert_count > 0: rlxc (and llama.cpp) run no experts for "
                                       f"{name}")

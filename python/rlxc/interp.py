@@ -89,11 +89,21 @@ def parse_stage(name: str, n_layers: int) -> StageSpec:
     return StageSpec(i, m.group(2))
 
 
+def _absent(layer: Any, stage: str) -> str | None:
+    """Why the layer has no such stage, or None."""
+    if stage in ("k", "v") and int(layer.kv_shared_from) >= 0:
+        return f"reads layer {int(layer.kv_shared_from)}'s K/V and has no k / v stage of its own"
+    if stage == "mlp_act" and int(layer.intermediate_size) == 0:
+        return "has experts only: mlp_act is a dense FFN's"
+    return None
+
+
 def stage_names(model: "Model") -> list[str]:
-    """Every stage of the model in forward order (no k / v for layers that read another's K/V)."""
+    """Every stage of the model in forward order (no k / v for layers that read another's K/V, no
+    mlp_act for layers of experts without a dense FFN)."""
     out = ["embed"]
     for i, l in enumerate(model.layers):
-        out += [f"layers.{i}.{s}" for s in LAYER_STAGES if not (s in ("k", "v") and int(l.kv_shared_from) >= 0)]
+        out += [f"layers.{i}.{s}" for s in LAYER_STAGES if _absent(l, s) is None]
     return out + ["final_norm", "logits"]
 
 
@@ -110,9 +120,8 @@ def select(model: "Model", names: Iterable[str] | Callable[[str], bool] | str | 
         chosen = list(names)
     specs = [parse_stage(n, len(model.layers)) for n in chosen]
     for s in specs:
-        if s.stage in ("k", "v") and int(model.layers[s.layer].kv_shared_from) >= 0:
-            raise ValueError(f"{s.name}: layer {s.layer} reads layer {int(model.layers[s.layer].kv_shared_from)}'s "
-                             f"K/V and has no k / v stage of its own")
+        if s.layer >= 0 and (why := _absent(model.layers[s.layer], s.stage)) is not None:
+            raise ValueError(f"{s.name}: layer {s.layer} {why}")
     return specs
 
 

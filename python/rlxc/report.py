@@ -231,8 +231,9 @@ def hf_stages(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
 
     Module hooks give the decoder layer's input and output (resid_pre, resid_post), the input
     norm (attn_in), o_proj's input and output (attn_z, attn_out), the pre-FFN norm's input and
-    output (resid_mid, mlp_in), down_proj's input (mlp_act), the MLP (mlp_out) and the final
-    norm; the eager attention function, wrapped for the call, gives q (after q-norm and RoPE), the
+    output (resid_mid, mlp_in), the dense down_proj's input (mlp_act; Qwen2-MoE's shared expert's,
+    none for a layer of experts only), the MLP (mlp_out; Gemma 4 with experts: the sum before
+    post_feedforward_layernorm) and the final norm; the eager attention function, wrapped for the call, gives q (after q-norm and RoPE), the
     K/V it attends to (k, v; a KV-sharing layer's are its donor's) and the softmax weights
     (attn_probs, over all T keys)."""
     import sys
@@ -259,13 +260,20 @@ def hf_stages(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
         return lambda m, a, o: put(name, _first(o)[0])
 
     def in_hook(name: str) -> Callable[..., None]:
-        return lambda m, a, kw: put(name, (a[0] if a else kw["hidden_states"])[0])
+        def hook(m: Any, a: Any, kw: Any) -> None:
+            x = a[0] if a else kw["hidden_states"]
+            put(name, x[0] if x.dim() == 3 else x)  # experts see the tokens flattened, [T, ...]
+        return hook
 
     handles = []
     for i, layer in enumerate(layers):
         p = f"layers.{i}."
         ffn_norm = getattr(layer, "pre_feedforward_layernorm", None) or layer.post_attention_layernorm
-        down = getattr(layer.mlp, "down_proj", None) or layer.mlp.c_proj
+        # the dense FFN (Qwen2-MoE's shared expert), None for a layer of experts only
+        dense = getattr(layer.mlp, "shared_expert", layer.mlp)
+        down = getattr(dense, "down_proj", None) or getattr(dense, "c_proj", None)
+        if not isinstance(down, torch.nn.Module):  # stacked experts' parameter, not a dense down_proj
+            down = None
         handles += [
             layer.register_forward_pre_hook(in_hook(p + "resid_pre"), with_kwargs=True),
             layer.input_layernorm.register_forward_hook(out_hook(p + "attn_in")),
@@ -273,10 +281,15 @@ def hf_stages(hf_model: Any, input_ids: Any) -> dict[str, np.ndarray]:
             layer.self_attn.o_proj.register_forward_hook(out_hook(p + "attn_out")),
             ffn_norm.register_forward_pre_hook(in_hook(p + "resid_mid"), with_kwargs=True),
             ffn_norm.register_forward_hook(out_hook(p + "mlp_in")),
-            down.register_forward_pre_hook(in_hook(p + "mlp_act"), with_kwargs=True),
-            layer.mlp.register_forward_hook(out_hook(p + "mlp_out")),
             layer.register_forward_hook(out_hook(p + "resid_post")),
         ]
+        if down is not None:
+            handles.append(down.register_forward_pre_hook(in_hook(p + "mlp_act"), with_kwargs=True))
+        if getattr(layer, "enable_moe_block", False):  # Gemma 4: the MLP's and the experts' sum, before its norm
+            handles.append(layer.post_feedforward_layernorm.register_forward_pre_hook(in_hook(p + "mlp_out"),
+                                                                                    with_kwargs=True))
+        else:
+            handles.append(layer.mlp.register_forward_hook(out_hook(p + "mlp_out")))
     handles.append(hf_model.model.norm.register_forward_hook(out_hook("final_norm")))
     setattr(mod, "eager_attention_forward", attention)
     try:
