@@ -265,7 +265,8 @@ _BAD_SHARING = dict(num_hidden_layers=6, num_kv_shared_layers=2, layer_types=[
 def test_unsupported_raise_not_implemented(tmp_path, files):
     _, path, _ = files("gemma4_kv")
     bad = tmp_path / "bad.gguf"
-    for keys, tensors, match in (({"gemma4.expert_count": 4, "gemma4.expert_gating_func": 2}, None, "expert_gating_func"),
+    for keys, tensors, match in (({"gemma4.expert_count": 4, "gemma4.expert_used_count": 2, "gemma4.expert_gating_func": 2}, None,
+                                  "expert_gating_func"),
                                  ({"gemma4.rope.scaling.type": "linear", "gemma4.rope.scaling.factor": 2.0},
                                   None, "rope scaling"),
                                  (None, {"blk.0.attn_q.bias": np.zeros(64)}, "attn_q.bias")):
