@@ -224,7 +224,7 @@ class Layer(_rlxc.Layer):
         wrows = "".join(
             f"<tr><td><code>{n}</code></td><td>{self.weight_type(n)}</td><td>{self.weight_shape(n)}</td></tr>"
             for n in self.WEIGHTS if self.weight_type(n) is not None)
-        return (f"<b>rlxc.Layer</b> ({self.attention_kind}, {self.nbytes / 1e6:.2f} MB of weights)"
+        return (f"<b>rlxc.Layer</b> ({self.attention_kind}; FFN {_ffn_kind(self)}; {self.nbytes / 1e6:.2f} MB of weights)"
                 f"<table><tr><th>field</th><th>value</th></tr>{rows}</table>"
                 f"<table><tr><th>weight</th><th>type</th><th>shape</th></tr>{wrows}</table>")
 
@@ -238,6 +238,16 @@ def _fmt(v: Any) -> str:
 
 
 _DEFAULT_FIELDS: dict[str, Any] = {}
+
+
+def _ffn_kind(layer: _rlxc.Layer) -> str:
+    """``GATED/SILU``, or for a mixture of experts ``experts 8 of 128 x 768, SILU`` (+ the dense FFN's width)."""
+    dense = f"{layer.ffn_type.name}/{layer.activation.name}"
+    if not layer.num_experts:
+        return dense
+    kind = (f"experts {layer.num_experts_used} of {layer.num_experts} x {layer.expert_intermediate_size}, "
+            f"{layer.activation.name}")
+    return kind + (f" + dense {layer.intermediate_size}" if layer.intermediate_size else "")
 
 
 def _attention_kind(layer: _rlxc.Layer) -> str:
@@ -266,7 +276,7 @@ class Pipeline(_rlxc.Pipeline):
         rows = "".join(
             f"<tr><td>{i}</td><td>{_attention_kind(lay)}</td><td>{lay.head_dim}</td>"
             f"<td>{lay.num_q_heads}/{lay.num_kv_heads}</td><td>{lay.rope_base:g}</td><td>{lay.rotary_dim}</td>"
-            f"<td>{lay.norm_type.name}</td><td>{lay.ffn_type.name}/{lay.activation.name}</td>"
+            f"<td>{lay.norm_type.name}</td><td>{_ffn_kind(lay)}</td>"
             f"<td>{lay._weight_summary() if isinstance(lay, Layer) else ''}</td></tr>"
             for i, lay in enumerate(self.layers))
         return (f"<b>rlxc.Pipeline</b>: {len(self.layers)} layers, hidden {self.hidden_size}, "

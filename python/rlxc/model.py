@@ -750,7 +750,8 @@ class Model:
         return {}
 
     def layer_table(self) -> list[dict[str, Any]]:
-        """One dict per layer: attention type, window, head_dim, heads, rope, weight formats."""
+        """One dict per layer: attention type, window, head_dim, heads, rope, dense FFN width, experts
+        (``"8 of 128 x 768"``, or ``""``), weight formats."""
         rows = []
         for i, l in enumerate(self.layers):
             W = int(l.sliding_window)
@@ -767,7 +768,10 @@ class Model:
             fmts = sorted(set(types.values()))
             rows.append(dict(layer=i, attention=attn, window=W, head_dim=int(l.head_dim),
                              q_heads=int(l.num_q_heads), kv_heads=int(l.num_kv_heads), rope=rope,
-                             ffn=int(l.intermediate_size), ple=int(l.ple_dim),
+                             ffn=int(l.intermediate_size),
+                             experts=(f"{int(l.num_experts_used)} of {int(l.num_experts)} x "
+                                      f"{int(l.expert_intermediate_size)}" if int(l.num_experts) else ""),
+                             ple=int(l.ple_dim),
                              weights="/".join(fmts) if fmts else "?",
                              memory=f"{int(getattr(l, 'nbytes', 0)) / 1e6:.2f} MB"))
         return rows
@@ -787,8 +791,8 @@ class Model:
                 + f", n_past {self.n_past}>")
 
     def _repr_html_(self) -> str:
-        cols = ["layer", "attention", "window", "head_dim", "q_heads", "kv_heads", "rope", "ffn", "ple", "weights",
-                "memory"]
+        cols = ["layer", "attention", "window", "head_dim", "q_heads", "kv_heads", "rope", "ffn", "experts", "ple",
+                "weights", "memory"]
         rows = self.layer_table()
         th = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in cols) + "</tr>"
