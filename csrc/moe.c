@@ -95,7 +95,7 @@ static void route(const rlxc_layer *l, float *z, int *expert, float *weight) {
         int best = -1;
         for (int e = 0; e < E; e++)
             if (z[e] >= 0.0f && (best < 0 || z[e] > z[best])) best = e;
-        if (best < 0) best = j; /* NaN logits: any distinct experts */
+        if (best < 0) best = j; /* NaN probabilities: any expert (the output is NaN; a repeat is harmless) */
         expert[j] = best;
         picked += weight[j] = z[best] >= 0.0f ? z[best] : NAN;
         z[best] = -1.0f; /* taken */
