@@ -207,17 +207,22 @@ float *rlxc_pipeline_extra(const rlxc_pipeline *p, int T) {
     return p->s.act + p->rope_floats + max_floats_per_token(p) * T;
 }
 
-/* Replace *slot by a new block of `bytes`, publishing the new pointer before freeing the old: a
- * fork() from another thread at any point leaves the child valid pointers (a call in the child
- * sees at worst a smaller capacity and grows again). The fences keep the compiler from
- * reordering those stores; the caller zeroes the capacity first and sets it after. */
-static int regrow(void **slot, size_t bytes) {
-    void *fresh = malloc(bytes ? bytes : 1), *old = *slot;
+/* Room for `need` elements of `size` bytes in *slot, whose capacity is *cap elements: when it is
+ * short, *slot is replaced by a new block, the new pointer published before the old is freed, so
+ * a fork() from another thread at any point leaves the child valid pointers (a call in the child
+ * sees at worst a smaller capacity, zeroed first and set after, and grows again). The fences keep
+ * the compiler from reordering those stores. -1 when memory runs out. */
+static int grow(void **slot, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    *cap = 0;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    void *fresh = malloc(need * size), *old = *slot;
     if (!fresh) return -1;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     *slot = fresh;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     free(old);
+    *cap = need;
     return 0;
 }
 
@@ -268,66 +273,36 @@ static size_t states_floats(const rlxc_pipeline *p, int T, int nth) {
 /* Grow scratch to hold T tokens of the largest layer (plus extra_floats per token) on n_threads. */
 static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_threads, char *err) {
     rlxc_scratch *s = &p->s;
-    size_t max_in = 0;
+    const int nth = n_threads > 1 ? n_threads : 1;
+    size_t max_in = 0, need_xq = 0, need_moe = 0, need_moe_idx = 0;
     int rope = 0;
     for (int i = 0; i < p->n_layers; i++) {
         const rlxc_layer *l = p->layers[i];
         rope = l->rotary_dim / 2 > rope ? l->rotary_dim / 2 : rope;
         max_in = widest_input(l) > max_in ? widest_input(l) : max_in;
-    }
-    const int nth = n_threads > 1 ? n_threads : 1;
-    const size_t need = (max_floats_per_token(p) + extra_floats) * (size_t)T + rope;
-    size_t need_xq = rlxc_xin_scratch_bytes((int)max_in, T, nth), need_moe = 0, need_moe_idx = 0;
-    for (int i = 0; i < p->n_layers; i++) { /* the experts' inputs: a row per token and chosen expert */
-        const rlxc_layer *l = p->layers[i];
-        size_t f, n;
+        size_t f, n; /* the experts' buffers, and their inputs: a row per token and chosen expert */
         rlxc_moe_scratch(l, T, &f, &n);
         need_moe = f > need_moe ? f : need_moe;
         need_moe_idx = n > need_moe_idx ? n : need_moe_idx;
         const size_t xq = f ? rlxc_xin_scratch_bytes((int)widest_input(l), T * l->num_experts_used, nth) : 0;
         need_xq = xq > need_xq ? xq : need_xq;
     }
-    const size_t dq_stride = rlxc_dq_scratch_floats((int)max_in, T, p->act), need_dq = dq_stride * nth;
-    if (need > s->cap_floats) {
-        s->cap_floats = 0;
-        if (regrow((void **)&s->act, need * sizeof(float))) FAIL("out of memory for scratch of %d tokens", T);
-        s->cap_floats = need;
-    }
-    if (need_xq > s->cap_xq) {
-        s->cap_xq = 0;
-        if (regrow(&s->xq, need_xq)) FAIL("out of memory for scratch of %d tokens", T);
-        s->cap_xq = need_xq;
-    }
-    if (need_dq > s->cap_dq) {
-        s->cap_dq = 0;
-        if (regrow((void **)&s->dq, need_dq * sizeof(float))) FAIL("out of memory for scratch of %d tokens", T);
-        s->cap_dq = need_dq;
-    }
+    const size_t need = (max_floats_per_token(p) + extra_floats) * (size_t)T + rope;
+    const size_t xq = rlxc_xin_scratch_bytes((int)max_in, T, nth);
+    need_xq = xq > need_xq ? xq : need_xq;
+    const size_t dq_stride = rlxc_dq_scratch_floats((int)max_in, T, p->act);
+    if (grow((void **)&s->act, &s->cap_floats, need, sizeof(float)) || grow(&s->xq, &s->cap_xq, need_xq, 1) ||
+        grow((void **)&s->dq, &s->cap_dq, dq_stride * nth, sizeof(float)))
+        FAIL("out of memory for scratch of %d tokens", T);
     p->dq_stride = dq_stride;
     p->rope_floats = rope;
     p->scores_stride = scores_floats(p);
-    if ((size_t)nth * p->scores_stride > s->cap_scores) {
-        s->cap_scores = 0;
-        if (regrow((void **)&s->scores, (size_t)nth * p->scores_stride * sizeof(float)))
-            FAIL("out of memory for attention scratch");
-        s->cap_scores = (size_t)nth * p->scores_stride;
-    }
-    if (need_moe > s->cap_moe) {
-        s->cap_moe = 0;
-        if (regrow((void **)&s->moe, need_moe * sizeof(float))) FAIL("out of memory for the experts of %d tokens", T);
-        s->cap_moe = need_moe;
-    }
-    if (need_moe_idx > s->cap_moe_idx) {
-        s->cap_moe_idx = 0;
-        if (regrow((void **)&s->moe_idx, need_moe_idx * sizeof(int))) FAIL("out of memory for the experts of %d tokens", T);
-        s->cap_moe_idx = need_moe_idx;
-    }
-    const size_t need_states = states_floats(p, T, nth);
-    if (need_states > s->cap_states) {
-        s->cap_states = 0;
-        if (regrow((void **)&s->states, need_states * sizeof(float))) FAIL("out of memory for attention scratch");
-        s->cap_states = need_states;
-    }
+    if (grow((void **)&s->scores, &s->cap_scores, (size_t)nth * p->scores_stride, sizeof(float)) ||
+        grow((void **)&s->states, &s->cap_states, states_floats(p, T, nth), sizeof(float)))
+        FAIL("out of memory for attention scratch");
+    if (grow((void **)&s->moe, &s->cap_moe, need_moe, sizeof(float)) ||
+        grow((void **)&s->moe_idx, &s->cap_moe_idx, need_moe_idx, sizeof(int)))
+        FAIL("out of memory for the experts of %d tokens", T);
     return 0;
 }
 
@@ -353,11 +328,7 @@ static int ensure_probs(rlxc_pipeline *p, int T, char *err) {
             if (n > RLXC_MAX_COUNT) FAIL("attention weights of %d tokens over %zu keys exceed what one call can hold", T, keys);
             need = n > need ? n : need;
         }
-    if (need > p->s.cap_probs) {
-        p->s.cap_probs = 0;
-        if (regrow((void **)&p->s.probs, need * sizeof(float))) FAIL("out of memory for attention weights");
-        p->s.cap_probs = need;
-    }
+    if (grow((void **)&p->s.probs, &p->s.cap_probs, need, sizeof(float))) FAIL("out of memory for attention weights");
     return 0;
 }
 
