@@ -86,24 +86,29 @@ def test_llama_quantize_file_runs_in_place_and_matches_transformers(name, isa):
     assert kl.mean() < 5e-3 and np.all(top2[swapped, 1] - top2[swapped, 0] < 0.25) and swapped.mean() <= 0.15
 
 
-TOKENS = np.array([1, 5, 9, 33, 70, 2, 88, 100, 3, 4, 17, 99, 120, 7, 6, 50])  # make_quantized.sh's
+#: the tokens make_quantized.sh and make_moe.sh ran llama.cpp on
+TOKENS = np.array([1, 5, 9, 33, 70, 2, 88, 100, 3, 4, 17, 99, 120, 7, 6, 50])
 
 
-@pytest.mark.parametrize("name", list(FILES))
-def test_llama_quantize_file_q8_is_within_llama_cpp_numerics(name, isa):
-    """llama.cpp's own logits of the file (its C API, f32 KV cache, recorded by make_quantized.sh):
-    rlxc with 8-bit activations is at most twice as far from them as llama.cpp's flash-attention
-    run is from its plain one, with the same top token except at near ties (a top-2 gap under twice
-    the largest difference of llama.cpp's two runs; measured swaps at gaps 0.001 - 0.056, one per file at most)."""
-    base = os.path.join(DATA, name[:-len(".gguf")])
+def assert_within_llama_cpp_numerics(base: str) -> None:
+    """rlxc with 8-bit activations on BASE.gguf against llama.cpp's own logits of the file (its C
+    API, f32 KV cache: BASE.logits, and BASE.fa.logits with flash attention): at most twice as far
+    from them as llama.cpp's flash-attention run is from its plain one, with the same top token
+    except at near ties (a top-2 gap under twice the largest difference of llama.cpp's two runs),
+    one such swap at most."""
     ref = np.fromfile(base + ".logits", np.float32).reshape(len(TOKENS), -1)
     fa = np.fromfile(base + ".fa.logits", np.float32).reshape(len(TOKENS), -1)
     got = rlxc.load(base + ".gguf").forward(TOKENS)
     assert rel_err(got, ref) <= 2 * rel_err(fa, ref), (rel_err(got, ref), rel_err(fa, ref))
     top2 = np.sort(ref, 1)[:, -2:]
     swapped = got.argmax(1) != ref.argmax(1)
-    # a different top token only where llama.cpp's two runs differ by more than half its top-2 gap
     assert np.all(top2[swapped, 1] - top2[swapped, 0] < 2 * np.abs(fa - ref).max()) and swapped.sum() <= 1
+
+
+@pytest.mark.parametrize("name", list(FILES))
+def test_llama_quantize_file_q8_is_within_llama_cpp_numerics(name, isa):
+    """The files of make_quantized.sh (measured swaps at gaps 0.001 - 0.056, one per file at most)."""
+    assert_within_llama_cpp_numerics(os.path.join(DATA, name[:-len(".gguf")]))
 
 
 # ---- Q4_K / Q5_K from floats ----
