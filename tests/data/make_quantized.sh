@@ -4,25 +4,14 @@
 # llama-quantize: Q4_1 and Q5_1 (hidden 64), Q5_K_M (hidden 256: Q5_K, Q6_K where the mix asks),
 # IQ4_XS (hidden 256, intermediate 544: IQ4_XS, and IQ4_NL for ffn_down, whose rows of 544 are no
 # multiple of 256), and Q4_K_S, Q3_K_M, Q2_K (hidden 256, two layers: each mix's per-tensor
-# choices, Q2_K to Q6_K). Then llama.cpp's own logits of each file for TOKENS through its C API
-# (llama_api_logits.c, f32 KV cache; .logits without flash attention, .fa.logits with it), as
-# make_moe.sh records them. tests/test_gguf_types.py reads them.
-set -e
+# choices, Q2_K to Q6_K). Then llama.cpp's own logits of each file (llama_cpp.sh's `logits`).
+# tests/test_gguf_types.py reads them.
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${LLAMA_BIN:-$(ls -d "$here"/../../build/llama.cpp/build*/bin | head -1)}
-src=${LLAMA_SRC:-$here/../../build/llama.cpp}
-tmp=$(mktemp -d)
-TOKENS="1 5 9 33 70 2 88 100 3 4 17 99 120 7 6 50"
-f32() {  # f32 OUT BUILD_ARGS
-    PYTHONPATH="$here/.." python -c "
-import rlxc, sys
-from test_hf_parity import build
-rlxc.save(rlxc.from_hf(build('llama', $2)), sys.argv[1])" "$1"
-}
-f32 "$tmp/small.gguf" "hidden_size=64, intermediate_size=96"
-f32 "$tmp/k.gguf" "hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=1"
-f32 "$tmp/k2.gguf" "hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=2"
-f32 "$tmp/iq4.gguf" "hidden_size=256, intermediate_size=544, head_dim=64, num_hidden_layers=1"
+. "$here/llama_cpp.sh"
+f32 "$tmp/small.gguf" llama "hidden_size=64, intermediate_size=96"
+f32 "$tmp/k.gguf" llama "hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=1"
+f32 "$tmp/k2.gguf" llama "hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=2"
+f32 "$tmp/iq4.gguf" llama "hidden_size=256, intermediate_size=544, head_dim=64, num_hidden_layers=1"
 "$bin/llama-quantize" "$tmp/small.gguf" "$here/tiny-llama-q4_1.gguf" Q4_1
 "$bin/llama-quantize" "$tmp/small.gguf" "$here/tiny-llama-q5_1.gguf" Q5_1
 "$bin/llama-quantize" "$tmp/k.gguf" "$here/tiny-llama-q5_k_m.gguf" Q5_K_M
@@ -30,10 +19,5 @@ f32 "$tmp/iq4.gguf" "hidden_size=256, intermediate_size=544, head_dim=64, num_hi
 for t in Q4_K_S Q3_K_M Q2_K; do
     "$bin/llama-quantize" "$tmp/k2.gguf" "$here/tiny-llama-$(echo $t | tr A-Z a-z).gguf" $t
 done
-cc "$here/llama_api_logits.c" -I"$src/include" -I"$src/ggml/include" -L"$bin" -lllama -Wl,-rpath,"$bin" \
-    -o "$tmp/llama_api_logits"
-for f in "$here"/tiny-llama-*.gguf; do
-    "$tmp/llama_api_logits" "$f" "${f%.gguf}.logits" $TOKENS 2> /dev/null
-    FA=1 "$tmp/llama_api_logits" "$f" "${f%.gguf}.fa.logits" $TOKENS 2> /dev/null
-done
+for f in "$here"/tiny-llama-*.gguf; do logits "$f"; done
 rm -r "$tmp"
