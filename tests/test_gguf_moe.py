@@ -104,3 +104,33 @@ def test_moe_save_load_save_is_byte_identical(tmp_path):
     for key in ("expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"):
         fa, fb = a.fields[f"qwen2moe.{key}"], b.fields[f"qwen2moe.{key}"]
         assert fa.parts[fa.data[0]][0] == fb.parts[fb.data[0]][0], key
+
+
+def test_gemma4_fused_gate_up_experts(tmp_path):
+    """llama.cpp's converter may write Gemma 4's experts as one ffn_gate_up_exps tensor (each
+    expert's gate rows, then its up rows): read as gate_exps / up_exps, the same logits as the
+    separate tensors, as stored or converted at load."""
+    from rlxc import loaders
+    path = os.path.join(DATA, "tiny-gemma4moe-q8_0.gguf")
+    g = loaders.read_gguf(path)
+    w = loaders._Writer()
+    for k, v in g.metadata.items():
+        w.add(k, v)
+    for name, info in g.tensors.items():
+        if "ffn_up_exps" in name:
+            continue
+        if "ffn_gate_exps" in name:
+            up = g.raw(name.replace("gate", "up"))
+            E = info.shape[2]
+            fused = np.concatenate([g.raw(name).reshape(E, -1, up.shape[1]), up.reshape(E, -1, up.shape[1])], 1)
+            w.tensor(name.replace("ffn_gate_exps", "ffn_gate_up_exps"), fused.reshape(-1, up.shape[1]), info.type_id,
+                     (info.shape[0], 2 * info.shape[1], E))
+            continue
+        w.tensor(name, g.raw(name), info.type_id, info.shape)
+    w.write(str(tmp_path / "fused.gguf"))
+    assert any("gate_up_exps" in n for n in loaders.read_gguf(tmp_path / "fused.gguf").tensors)
+    for weights in (None, "q8_0"):
+        want = rlxc.load(path, weights=weights).forward(TOKENS)
+        got = rlxc.load(tmp_path / "fused.gguf", weights=weights)
+        assert got.layers[0].weight_type("gate_exps") == "q8_0"
+        np.testing.assert_array_equal(got.forward(TOKENS), want)
