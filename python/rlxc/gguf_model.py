@@ -354,18 +354,13 @@ def model_from_gguf(g: GGUFFile, weights: str | None = None, threads: int | None
                                           f"or without {arch.gguf}.expert_count")
             if len(t.shape) > 2 and not (experts and len(t.shape) == 3 and t.shape[2] == E):
                 raise ValueError(f"{g.path}: {name} has shape {t.shape}")
-            if slot == "gate_up_exps":  # [E][gate rows, up rows]: copied apart (not in place)
+            if slot == "gate_up_exps":  # [E][gate rows, up rows]: copied apart (the layer holds the copies)
                 per = 2 * f["expert_intermediate_size"]
                 if t.rows != E * per:
                     raise ValueError(f"{g.path}: {name} has {t.rows} rows, {E} experts of {per} need {E * per}")
                 both = g.raw(name).reshape(E, per, -1)
                 for s, half in (("gate_exps", both[:, :per // 2]), ("up_exps", both[:, per // 2:])):
-                    if weights is None:
-                        layer.set_weight_raw(s, np.ascontiguousarray(half).reshape(E * per // 2, -1), t.cols,
-                                             cast(Any, t.wtype))
-                        types[s] = t.wtype
-                    else:
-                        types[s] = matrix(layer, s, np.ascontiguousarray(half).reshape(E * per // 2, -1), t)
+                    types[s] = matrix(layer, s, np.ascontiguousarray(half).reshape(E * per // 2, -1), t)
             elif slot == "router":  # kept as stored where the engine multiplies it (llama.cpp: F32)
                 if weights is None and t.wtype in supported:
                     layer.set_weight_view(slot, g.raw(name), t.cols, cast(Any, t.wtype))
