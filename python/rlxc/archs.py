@@ -31,7 +31,7 @@ from ._enums import Activation, FfnType, NormType
 
 __all__ = ["Arch", "ARCHS", "HF_MODEL_TYPES", "GGUF_ARCHS", "by_hf", "by_gguf", "GGUF_LAYER_TENSORS",
            "GEMMA4_LAYER_TENSORS", "GGUF_MODEL_TENSORS", "MOE_LAYER_TENSORS", "EXPERT_SLOTS", "GEMMA4_MODEL_TENSORS", "GEMMA4_SCALAR", "UNROTATED",
-           "FUSED", "split_qkv", "split_gate_up", "permute_rows", "unpermute_rows", "model_parts",
+           "FUSED", "split_qkv", "split_gate_up", "split_expert_gate_up", "permute_rows", "unpermute_rows", "model_parts",
            "ple_parts", "hf_layer_names"]
 
 # ============================================================================ GGUF tensor names
@@ -287,6 +287,14 @@ def split_gate_up(w: _A, inter: int, what: str) -> tuple[_A, _A]:
         raise ValueError(f"{what} has {w.shape[0]} rows; a gated FFN of {inter} needs a gate or {2 * inter} "
                          "fused rows")
     return w[:inter], w[inter:]
+
+
+def split_expert_gate_up(w: _A, inter: int) -> tuple[_A, _A]:
+    """transformers' stacked experts ``gate_up_proj`` [E, 2 inter, H] (each expert's gate rows
+    first) as rlxc's ``gate_exps`` and ``up_exps``, [E * inter, H] each (copies)."""
+    E, H = w.shape[0], w.shape[2]
+    return (np.ascontiguousarray(w[:, :inter]).reshape(E * inter, H),
+            np.ascontiguousarray(w[:, inter:]).reshape(E * inter, H))
 
 
 def unpermute_rows(rows: _A, n_head: int) -> _A:

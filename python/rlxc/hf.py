@@ -628,11 +628,10 @@ def _expert_weights(layer: Any, f: Mapping[str, Any], arch: Arch) -> dict[str, _
     if gate_up.shape != (E, 2 * I, H) or down.shape != (E, H, I):
         raise NotImplementedError(f"rlxc.hf: experts of shapes {tuple(gate_up.shape)} / {tuple(down.shape)}, "
                                   f"expected {(E, 2 * I, H)} / {(E, H, I)}")
+    gate, up = archs.split_expert_gate_up(gate_up, I)
     w: dict[str, _F32] = {
         "router": _np(layer.router.proj.weight if arch.gemma4 else layer.mlp.gate.weight),
-        "gate_exps": np.ascontiguousarray(gate_up[:, :I].reshape(E * I, H)),
-        "up_exps": np.ascontiguousarray(gate_up[:, I:].reshape(E * I, H)),
-        "down_exps": down.reshape(E * H, I),
+        "gate_exps": gate, "up_exps": up, "down_exps": down.reshape(E * H, I),
     }
     if arch.moe == "qwen" and f["intermediate_size"] > 0:
         w["shared_gate"] = _np(layer.mlp.shared_expert_gate.weight).reshape(H)

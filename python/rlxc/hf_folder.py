@@ -20,7 +20,7 @@ import numpy.typing as npt
 from . import archs, hf
 from ._files import read_json_object
 from ._layer import Layer
-from .archs import split_gate_up, split_qkv
+from .archs import split_expert_gate_up, split_gate_up, split_qkv
 from .hf import arch_of
 from .model import WEIGHT_FORMATS, Model
 from .safetensors import Checkpoint
@@ -184,10 +184,9 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
                 if w.shape != want:
                     raise ValueError(f"{folder}: {lp + n} has shape {w.shape}, expected {want}")
                 if n.endswith("gate_up_proj"):
-                    experts["gate_exps"] = {e: w[e, :I] for e in range(E)}
-                    experts["up_exps"] = {e: w[e, I:] for e in range(E)}
+                    ws["gate_exps"], ws["up_exps"] = split_expert_gate_up(w, I)
                 else:
-                    experts["down_exps"] = {e: w[e] for e in range(E)}
+                    ws["down_exps"] = w.reshape(E * H, I)
                 continue
             if n == "router.scale" and f["num_experts"]:  # Gemma 4: rlxc's router_norm is it / sqrt(hidden)
                 ws["router_norm"] = ck.get(lp + n).reshape(-1) * np.float32(f["hidden_size"] ** -0.5)
@@ -203,7 +202,7 @@ def model_from_folder(folder: str, weights: str | None = None, threads: int | No
             ws[slot] = ck.get(lp + n)
             if slot == "shared_gate":  # a Linear(hidden, 1)
                 ws[slot] = ws[slot].reshape(-1)
-        if f["num_experts"]:
+        if experts:  # one tensor per expert (hub checkpoints); missing slots are reported below
             ws.update(_stack_experts(experts, f, f"{folder}: layer {i}"))
         _, factors = hf.rope_fields(config, i, max_seq)
         if factors is not None:
