@@ -53,7 +53,7 @@ static inline const rlxc_fp16 *rlxc_x16_scales(const void *group, int qs_bytes, 
 }
 /* Where byte j of row r's quants (r < 16) lies in a packed block's quants. */
 static inline size_t rlxc_x16_byte(int r, int j) { return (size_t)j / 4 * 64 + 4 * (size_t)r + (size_t)j % 4; }
-/* Rows [0, N / 16 * 16) of a Q4_0 or Q8_0 w[N][K] into N / 16 groups (dst: rlxc_x16_bytes). */
+/* Rows [0, N / 16 * 16) of a Q4_0, Q8_0 or Q4_K w[N][K] into N / 16 groups (dst: rlxc_x16_bytes). */
 size_t rlxc_x16_bytes(rlxc_wtype t, int N, int K);
 /* A 64-byte aligned buffer of at least `bytes` that belongs to the calling thread and is kept
  * for its next call (the interleaved GEMMs' packed tiles and per-token terms): allocated per
@@ -61,6 +61,9 @@ size_t rlxc_x16_bytes(rlxc_wtype t, int N, int K);
  * thread of a prefill. Freed when the thread exits; NULL when out of memory. One user at a time. */
 void *rlxc_thread_scratch(size_t bytes);
 void rlxc_pack_x16(rlxc_wtype t, void *dst, const void *w, int N, int K);
+/* Row r (< 16) of a packed group as the type's GGUF blocks b0 .. b0 + n (the inverse of
+ * rlxc_pack_x16; K: the row length the group was packed with). */
+void rlxc_x16_row_blocks(rlxc_wtype t, void *dst, const void *group, int r, int b0, int n, int K);
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match the GGUF layout");
 
 #define RLXC_QK_K 256 /* weights per K-quant super-block (GGUF Q4_K / Q6_K, ggml's Q8_K) */
@@ -192,6 +195,41 @@ static inline void rlxc_q4_k_scales(uint8_t out[16], const uint8_t s[12]) {
     for (int i = 0; i < 16; i++) out[i] = (uint8_t)(o[i / 4] >> (8 * (i % 4)));
 }
 
+/* The inverse of rlxc_q4_k_scales: sc[0..8), m[0..8) (6 bits each) into the 12 bytes. */
+static inline void rlxc_q4_k_pack_scales(uint8_t s[12], const uint8_t sc[8], const uint8_t m[8]) {
+    for (int j = 0; j < 4; j++) s[j] = sc[j], s[j + 4] = m[j];
+    for (int j = 4; j < 8; j++) {
+        s[j + 4] = (uint8_t)((sc[j] & 0x0f) | (m[j] & 0x0f) << 4);
+        s[j - 4] |= (uint8_t)((sc[j] >> 4) << 6), s[j] |= (uint8_t)((m[j] >> 4) << 6);
+    }
+}
+
+/* Q4_K repacked (rlxc_pack_x16): a group of 16 rows is one record per super-block, the 16 rows'
+ * block b in record b. qs[8i + g] holds 4-byte group g of the rows' qs[32i .. 32i + 32), row r at
+ * bytes 4r .. 4r + 3: its low nibbles are elements 64i + 4g .. of sub-block 2i, its high ones
+ * 64i + 32 + 4g .. of sub-block 2i + 1. The scales and mins are decoded from their 6-bit packing:
+ * sc[j][r] = sc[j] of row r, m[p][2r + h] = m[2p + h] (int16 pairs once widened, the pairs the
+ * activations' 32-sums meet in vpdpwssd), then d and dmin per row. So a 64-byte load gives 4
+ * quants of 16 rows, one row per 32-bit lane, as for Q4_0; the scales cost 2.8 % over the
+ * GGUF blocks. */
+typedef struct {
+    uint8_t qs[32][64];
+    uint8_t sc[8][16];
+    uint8_t m[4][32];
+    rlxc_fp16 d[16], dmin[16];
+} rlxc_q4_kx16;
+_Static_assert(sizeof(rlxc_q4_kx16) == 37 * 64, "a Q4_K record is whole cache lines");
+
+/* Whether rlxc_pack_x16 packs type t, and the bytes of one packed group of rows of K. */
+static inline int rlxc_x16_packs(rlxc_wtype t) { return rlxc_x16_qs_bytes(t) || t == RLXC_Q4_K; }
+static inline size_t rlxc_x16_type_group_bytes(rlxc_wtype t, int K) {
+    return t == RLXC_Q4_K ? (size_t)(K / RLXC_QK_K) * sizeof(rlxc_q4_kx16) : rlxc_x16_group_bytes(rlxc_x16_qs_bytes(t), K);
+}
+/* The bytes of one token's activations the products on packed type t take (Q8_K or Q8_0). */
+static inline size_t rlxc_x16_x_bytes(rlxc_wtype t, int K) {
+    return t == RLXC_Q4_K ? (size_t)(K / RLXC_QK_K) * sizeof(block_q8_k) : (size_t)(K / RLXC_QK) * sizeof(block_q8_0);
+}
+
 /* The 12 packed scale bytes of a Q3_K block -> out[j] = sc[j] - 32, -32..31. The low 4 bits of
  * sc[j] are the low (j < 8) or high (j >= 8) nibble of byte j % 8, the top 2 are bits 2(j / 4),
  * 2(j / 4) + 1 of byte 8 + j % 4. On 32-bit words, as rlxc_q4_k_scales. */
@@ -236,9 +274,10 @@ typedef struct {
      * the dequantized rows with float activations, y[n] = dot(W[n], x). */
     void (*dequantize)(float *y, const void *w, int K);
     void (*matvec_fx)(float *y, const void *w, const float *x, int N, int K);
-    /* Q4_0 and Q8_0, NULL where an ISA has none: the products on G groups of 16 rows repacked by
-     * rlxc_pack_x16 (rlxc_weight.packed; the engine takes them when it is set), y[16 G] and
-     * y[t * ldy + n]. Each token's outputs are bit-identical between the two and whatever T. */
+    /* Q4_0, Q8_0 and Q4_K, NULL where an ISA has none: the products on G groups of 16 rows
+     * repacked by rlxc_pack_x16 (rlxc_weight.packed; the engine takes them when it is set),
+     * y[16 G] and y[t * ldy + n]. Each token's outputs are bit-identical between the two and
+     * whatever T. */
     void (*matvec_x16)(float *y, const void *w, const void *x, int G, int K);
     void (*matmul_x16)(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
 } rlxc_wtype_kernels;
@@ -302,12 +341,15 @@ typedef struct rlxc_kernels {
 #define RLXC_BLOCK_WTYPE(type, sfx, x_type, x_block_size, xq, dq, fx) \
     {RLXC_BLOCK_WTYPE_FIELDS(type, sfx, x_type, x_block_size, xq, dq, fx)}
 
-/* x16: the suffix of the ISA's rlxc_wtype_kernels.matvec_x16 / matmul_x16 (Q4_0, Q8_0), or none. */
+/* x16: the suffix of the ISA's rlxc_wtype_kernels.matvec_x16 / matmul_x16 of Q4_0 and Q8_0, kx16
+ * of Q4_K's, or none. */
 #define rlxc_matvec_q4_0x16_none NULL
 #define rlxc_matmul_q4_0x16_none NULL
 #define rlxc_matvec_q8_0x16_none NULL
 #define rlxc_matmul_q8_0x16_none NULL
-#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops, x16)                           \
+#define rlxc_matvec_q4_kx16_none NULL
+#define rlxc_matmul_q4_kx16_none NULL
+#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops, x16, kx16)                     \
     {                                                                                                     \
         .isa = name,                                                                                      \
         .wt = {[RLXC_F32] = RLXC_FLOAT_WTYPE(f32, sf32), [RLXC_F16] = RLXC_FLOAT_WTYPE(f16, shalf),       \
@@ -321,7 +363,8 @@ typedef struct rlxc_kernels {
                [RLXC_Q5_1] = RLXC_BLOCK_WTYPE(q5_1, swq, q8_0, RLXC_QK, sxq, sdq, sfx),                   \
                [RLXC_Q2_K] = RLXC_BLOCK_WTYPE(q2_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q3_K] = RLXC_BLOCK_WTYPE(q3_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
-               [RLXC_Q4_K] = RLXC_BLOCK_WTYPE(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
+               [RLXC_Q4_K] = {RLXC_BLOCK_WTYPE_FIELDS(q4_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),            \
+                             .matvec_x16 = rlxc_matvec_q4_kx16_##kx16, .matmul_x16 = rlxc_matmul_q4_kx16_##kx16}, \
                [RLXC_Q5_K] = RLXC_BLOCK_WTYPE(q5_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_Q6_K] = RLXC_BLOCK_WTYPE(q6_k, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx),                 \
                [RLXC_IQ4_NL] = RLXC_BLOCK_WTYPE(iq4_nl, swq, q8_0, RLXC_QK, sxq, sdq, sfx),               \
@@ -378,6 +421,7 @@ typedef struct rlxc_kernels {
     void rlxc_matvec_##type##x16_##sfx(float *y, const void *w, const void *x, int G, int K); \
     void rlxc_matmul_##type##x16_##sfx(float *y, int ldy, const void *w, const void *x, int G, int K, int T);
 #define RLXC_DECLARE_X16(sfx) RLXC_DECLARE_X16_1(q4_0, sfx) RLXC_DECLARE_X16_1(q8_0, sfx)
+#define RLXC_DECLARE_KX16(sfx) RLXC_DECLARE_X16_1(q4_k, sfx)
 /* Every group: an ISA that defines all its kernels itself. */
 #define RLXC_DECLARE_KERNELS(sfx)                                                         \
     RLXC_DECLARE_F32(sfx) RLXC_DECLARE_Q(sfx) RLXC_DECLARE_WQ(sfx) RLXC_DECLARE_HALF(sfx) \

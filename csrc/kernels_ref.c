@@ -42,10 +42,51 @@ void rlxc_quantize_row_q8_0_scalar(void *vy, const float *x, int K) {
 }
 
 size_t rlxc_x16_bytes(rlxc_wtype t, int N, int K) {
-    return (size_t)(N / RLXC_PACK_ROWS) * rlxc_x16_group_bytes(rlxc_x16_qs_bytes(t), K);
+    return (size_t)(N / RLXC_PACK_ROWS) * rlxc_x16_type_group_bytes(t, K);
+}
+
+/* Row r's Q4_K block into its group's record (the layout of rlxc_q4_kx16), and back. */
+static void q4_k_to_record(rlxc_q4_kx16 *o, const block_q4_k *b, int r) {
+    uint8_t sm[16];
+    rlxc_q4_k_scales(sm, b->scales);
+    for (int i = 0; i < RLXC_QK_K / 64; i++)
+        for (int g = 0; g < 8; g++) memcpy(&o->qs[8 * i + g][4 * r], b->qs + 32 * i + 4 * g, 4);
+    for (int j = 0; j < 8; j++) o->sc[j][r] = sm[j], o->m[j / 2][2 * r + j % 2] = sm[8 + j];
+    o->d[r] = b->d, o->dmin[r] = b->dmin;
+}
+static void q4_k_from_record(block_q4_k *b, const rlxc_q4_kx16 *o, int r) {
+    uint8_t sc[8], m[8];
+    for (int i = 0; i < RLXC_QK_K / 64; i++)
+        for (int g = 0; g < 8; g++) memcpy(b->qs + 32 * i + 4 * g, &o->qs[8 * i + g][4 * r], 4);
+    for (int j = 0; j < 8; j++) sc[j] = o->sc[j][r], m[j] = o->m[j / 2][2 * r + j % 2];
+    rlxc_q4_k_pack_scales(b->scales, sc, m);
+    b->d = o->d[r], b->dmin = o->dmin[r];
+}
+
+void rlxc_x16_row_blocks(rlxc_wtype t, void *dst, const void *group, int r, int b0, int n, int K) {
+    if (t == RLXC_Q4_K) {
+        for (int b = 0; b < n; b++) q4_k_from_record((block_q4_k *)dst + b, (const rlxc_q4_kx16 *)group + b0 + b, r);
+        return;
+    }
+    const int qs = rlxc_x16_qs_bytes(t), nb = K / RLXC_QK;
+    for (int b = 0; b < n; b++) {
+        uint8_t *out = (uint8_t *)dst + (size_t)b * (2 + qs);
+        const uint8_t *q = rlxc_x16_quants(group, qs, b0 + b);
+        memcpy(out, &rlxc_x16_scales(group, qs, nb, b0 + b)[r], 2);
+        for (int j = 0; j < qs; j++) out[2 + j] = q[rlxc_x16_byte(r, j)];
+    }
 }
 
 void rlxc_pack_x16(rlxc_wtype t, void *dst, const void *w, int N, int K) {
+    if (t == RLXC_Q4_K) {
+        const int nb = K / RLXC_QK_K;
+        rlxc_q4_kx16 *o = dst;
+        for (int n = 0; n < N / RLXC_PACK_ROWS * RLXC_PACK_ROWS; n++)
+            for (int b = 0; b < nb; b++)
+                q4_k_to_record(o + (size_t)(n / RLXC_PACK_ROWS) * nb + b, (const block_q4_k *)w + (size_t)n * nb + b,
+                               n % RLXC_PACK_ROWS);
+        return;
+    }
     const int qs = rlxc_x16_qs_bytes(t), nb = K / RLXC_QK;
     const size_t gbytes = rlxc_x16_group_bytes(qs, K), row_bytes = (size_t)nb * (2 + (size_t)qs);
     for (int g = 0; g < N / RLXC_PACK_ROWS; g++) {
@@ -146,10 +187,39 @@ void rlxc_matvec_q8_0x16_scalar(float *y, const void *w, const void *x, int G, i
     matvec_x16_scalar(y, w, x, G, K, 32);
 }
 void rlxc_matmul_q4_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
-    rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_scalar, 16, y, ldy, w, x, G, K, T);
+    rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_scalar, RLXC_Q4_0, y, ldy, w, x, G, K, T);
 }
 void rlxc_matmul_q8_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
-    rlxc_matmul_x16_by_token(rlxc_matvec_q8_0x16_scalar, 32, y, ldy, w, x, G, K, T);
+    rlxc_matmul_x16_by_token(rlxc_matvec_q8_0x16_scalar, RLXC_Q8_0, y, ldy, w, x, G, K, T);
+}
+
+/* rlxc_matvec_q4_k_scalar's sums, in its order, from the Q4_K records. */
+void rlxc_matvec_q4_kx16_scalar(float *y, const void *w, const void *vx, int G, int K) {
+    const block_q8_k *x = vx;
+    const int nb = K / RLXC_QK_K;
+    for (int n = 0; n < G * RLXC_PACK_ROWS; n++) {
+        const rlxc_q4_kx16 *rec = (const rlxc_q4_kx16 *)w + (size_t)(n / RLXC_PACK_ROWS) * nb;
+        const int r = n % RLXC_PACK_ROWS;
+        float s = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            int sumi = 0, summ = 0;
+            for (int j = 0; j < 8; j++) {
+                int dot = 0;
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t q = rec[b].qs[8 * (j / 2) + l / 4][4 * r + l % 4];
+                    dot += (j % 2 ? q >> 4 : q & 0x0f) * x[b].qs[32 * j + l];
+                }
+                sumi += rec[b].sc[j][r] * dot;
+                summ += rec[b].m[j / 2][2 * r + j % 2] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+            }
+            s += rlxc_fp16_to_f32(rec[b].d[r]) * x[b].d * (float)sumi -
+                 rlxc_fp16_to_f32(rec[b].dmin[r]) * x[b].d * (float)summ;
+        }
+        y[n] = s;
+    }
+}
+void rlxc_matmul_q4_kx16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
+    rlxc_matmul_x16_by_token(rlxc_matvec_q4_kx16_scalar, RLXC_Q4_K, y, ldy, w, x, G, K, T);
 }
 
 RLXC_DEFINE_SCALAR_MAT(f32, float, float, 1)
@@ -248,7 +318,7 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
 
 const rlxc_kernels rlxc_kernels_scalar =
     RLXC_KERNEL_TABLE("scalar", scalar, scalar, scalar, scalar, scalar, scalar, scalar, scalar,
-                      scalar);
+                      scalar, scalar);
 
 /* ---- per-thread scratch (kernels.h) ---- */
 

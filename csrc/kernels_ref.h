@@ -7,6 +7,7 @@
 
 RLXC_DECLARE_KERNELS(scalar)
 RLXC_DECLARE_X16(scalar)
+RLXC_DECLARE_KX16(scalar)
 
 /* Fills a Q8_K block's sums of 16 from its quants. */
 void rlxc_q8_k_bsums(block_q8_k *b);

@@ -61,12 +61,12 @@
 #define RLXC_DEFINE_MATVEC(name, matmul) \
     void name(float *y, const void *w, const void *x, int N, int K) { matmul(y, N, w, x, N, K, 1); }
 
-/* A repacked product (matmul_x16, rows of qs quant bytes per block) one token at a time, each
- * group's rows staying in L1/L2 across the tokens: for fewer tokens than pay for an ISA's
- * interleaved GEMM tiles, or an ISA without them. */
-RLXC_INLINE void rlxc_matmul_x16_by_token(void (*matvec_x16)(float *, const void *, const void *, int, int), int qs,
+/* A repacked product (matmul_x16 of type t) one token at a time, each group's rows staying in
+ * L1/L2 across the tokens: for fewer tokens than pay for an ISA's interleaved GEMM tiles, or an
+ * ISA without them. */
+RLXC_INLINE void rlxc_matmul_x16_by_token(void (*matvec_x16)(float *, const void *, const void *, int, int), rlxc_wtype t,
                                           float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
-    const size_t group_bytes = rlxc_x16_group_bytes(qs, K), x_bytes = (size_t)(K / RLXC_QK) * sizeof(block_q8_0);
+    const size_t group_bytes = rlxc_x16_type_group_bytes(t, K), x_bytes = rlxc_x16_x_bytes(t, K);
     for (int g = 0; g < G; g++)
         for (int t = 0; t < T; t++)
             matvec_x16(y + (size_t)t * ldy + (size_t)g * RLXC_PACK_ROWS, (const char *)w + g * group_bytes,

@@ -378,12 +378,7 @@ static void quantize_k_min(uint8_t q[RLXC_QK_K], uint8_t s[12], rlxc_fp16 *d16, 
         ls[j] = (uint8_t)code_of(max_sc > 0.0f ? sc[j] * (63.0f / max_sc) : 0.0f, 63);
         lm[j] = (uint8_t)code_of(max_mn > 0.0f ? mn[j] * (63.0f / max_mn) : 0.0f, 63);
     }
-    /* the layout rlxc_q4_k_scales reads */
-    for (int j = 0; j < 4; j++) s[j] = ls[j], s[j + 4] = lm[j];
-    for (int j = 4; j < 8; j++) {
-        s[j + 4] = (uint8_t)((ls[j] & 0x0f) | (lm[j] & 0x0f) << 4);
-        s[j - 4] |= (uint8_t)((ls[j] >> 4) << 6), s[j] |= (uint8_t)((lm[j] >> 4) << 6);
-    }
+    rlxc_q4_k_pack_scales(s, ls, lm);
     *d16 = rlxc_f32_to_fp16(max_sc / 63.0f), *dmin16 = rlxc_f32_to_fp16(max_mn / 63.0f);
     const float d = rlxc_fp16_to_f32(*d16), dmin = rlxc_fp16_to_f32(*dmin16);
     for (int j = 0; j < 8; j++) {

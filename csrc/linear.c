@@ -126,7 +126,7 @@ static void *packed_alloc(size_t bytes) {
 }
 
 void rlxc_weight_pack(rlxc_weight *w, int page_out) {
-    if (!repack_enabled() || !rlxc_x16_qs_bytes(w->type) || w->rows < RLXC_PACK_ROWS || !w->data ||
+    if (!repack_enabled() || !rlxc_x16_packs(w->type) || w->rows < RLXC_PACK_ROWS || !w->data ||
         !kernels_of(w->type)->matvec_x16 ||
         __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE))
         return;
@@ -153,25 +153,21 @@ void rlxc_weight_pack(rlxc_weight *w, int page_out) {
 }
 
 void rlxc_weight_row(const rlxc_weight *w, int r, float *y) {
-    const int K = w->cols, qs = rlxc_x16_qs_bytes(w->type), P = RLXC_PACK_ROWS;
+    const int K = w->cols, P = RLXC_PACK_ROWS;
     if (!w->packed || r >= w->rows / P * P) {
         rlxc_dequantize_row(w->type, y, (const char *)w->data + (size_t)r * rlxc_wtype_row_bytes(w->type, K), K);
         return;
     }
-    /* the row's GGUF blocks rebuilt ROW_BLOCKS at a time, then the type's own dequantizer */
-    enum { ROW_BLOCKS = 64 };
-    uint8_t blocks[ROW_BLOCKS * (2 + 32)];
-    const int nb = K / RLXC_QK;
-    const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(r / P) * rlxc_x16_group_bytes(qs, K);
-    for (int b0 = 0; b0 < nb; b0 += ROW_BLOCKS) {
-        const int n = nb - b0 < ROW_BLOCKS ? nb - b0 : ROW_BLOCKS;
-        for (int b = 0; b < n; b++) {
-            uint8_t *dst = blocks + (size_t)b * (2 + qs);
-            const uint8_t *q = rlxc_x16_quants(grp, qs, b0 + b);
-            memcpy(dst, &rlxc_x16_scales(grp, qs, nb, b0 + b)[r % P], 2);
-            for (int j = 0; j < qs; j++) dst[2 + j] = q[rlxc_x16_byte(r % P, j)];
-        }
-        rlxc_dequantize_row(w->type, y + (size_t)b0 * RLXC_QK, blocks, n * RLXC_QK);
+    /* the row's GGUF blocks rebuilt ROW_BYTES at a time, then the type's own dequantizer */
+    enum { ROW_BYTES = 4608 }; /* whole blocks of every packed type: 128 Q4_0, 64 Q8_0, 32 Q4_K */
+    uint8_t blocks[ROW_BYTES];
+    const size_t block_bytes = rlxc_wtype_row_bytes(w->type, rlxc_wtype_block_size(w->type));
+    const int qk = rlxc_wtype_block_size(w->type), nb = K / qk, step = (int)(ROW_BYTES / block_bytes);
+    const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(r / P) * rlxc_x16_type_group_bytes(w->type, K);
+    for (int b0 = 0; b0 < nb; b0 += step) {
+        const int n = nb - b0 < step ? nb - b0 : step;
+        rlxc_x16_row_blocks(w->type, blocks, grp, r % P, b0, n, K);
+        rlxc_dequantize_row(w->type, y + (size_t)b0 * qk, blocks, n * qk);
     }
 }
 
@@ -199,7 +195,7 @@ static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const vo
 static void packed_rows(float *y, const rlxc_weight *w, const rlxc_wtype_kernels *k, const rlxc_xin *in,
                         const void *xa, int r0, int r1) {
     const int N = w->rows, K = w->cols, T = in->T, G = N / RLXC_PACK_ROWS, P = RLXC_PACK_ROWS;
-    const size_t group_bytes = rlxc_x16_group_bytes(rlxc_x16_qs_bytes(w->type), K), x_bytes = x_row_bytes(k, K);
+    const size_t group_bytes = rlxc_x16_type_group_bytes(w->type, K), x_bytes = x_row_bytes(k, K);
     int r = r0;
     while (r < r1 && r < G * P) {
         const int g = r / P, g_end = r1 < G * P ? r1 / P : G;

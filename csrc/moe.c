@@ -59,7 +59,7 @@ static rlxc_weight expert_view(const rlxc_weight *w, int e, int rows) {
     v.data = (char *)w->data + (size_t)e * rows * rlxc_wtype_row_bytes(w->type, w->cols);
     char *packed = __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE);
     v.packed = packed && rows % RLXC_PACK_ROWS == 0
-                   ? packed + (size_t)e * (rows / RLXC_PACK_ROWS) * rlxc_x16_group_bytes(rlxc_x16_qs_bytes(w->type), w->cols)
+                   ? packed + (size_t)e * (rows / RLXC_PACK_ROWS) * rlxc_x16_type_group_bytes(w->type, w->cols)
                    : NULL;
     return v;
 }

@@ -66,9 +66,9 @@ typedef struct {
 } rlxc_weight;
 
 /* Makes w->packed where the active kernels multiply w's type faster from a repacked copy (Q4_0,
- * Q8_0 in 16-row groups, rows past the last whole group stay in data): the engine calls it for
- * every matrix it multiplies, once; safe from several threads. The copy costs as much memory as
- * the rows it covers. page_out: caller-owned (borrowed) rows the engine then reads only from the
+ * Q8_0, Q4_K in 16-row groups, rows past the last whole group stay in data): the engine calls it
+ * for every matrix it multiplies, once; safe from several threads. The copy costs as much memory
+ * as the rows it covers. page_out: caller-owned (borrowed) rows the engine then reads only from the
  * copy are paged out (MADV_PAGEOUT keeps their contents), so a memory-mapped file's pages do not
  * stay resident beside it. */
 void rlxc_weight_pack(rlxc_weight *w, int page_out);

@@ -127,6 +127,7 @@ RLXC_INLINE __m256i rlxc_q2_k_min_sums(const block_q2_k *b, const block_q8_k *x)
 
 RLXC_DECLARE_KERNELS(avx2)
 RLXC_DECLARE_X16(avx2)
+RLXC_DECLARE_KX16(avx2)
 /* What the repacked decode kernels add per activation block outside the integer dots: the
  * weights' offset (what made them unsigned bytes; 0: none) times minus the block's quant sum,
  * and its scale. They take blocks RLXC_X16_CHUNK at a time so these fit on the stack for any K

@@ -98,7 +98,7 @@ void rlxc_matmul_q4_0_avx2(float *y, int ldy, const void *w, const void *xq, int
 
 void rlxc_matmul_q4_0x16_avx2(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
     if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
-        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx2, 16, y, ldy, w, xq, G, K, T);
+        rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx2, RLXC_Q4_0, y, ldy, w, xq, G, K, T);
 }
 
 /* ---- the 256-blocks but IQ4_XS (Q2_K .. Q6_K) x Q8_K ----

@@ -15,6 +15,7 @@ RLXC_DECLARE_Q(avx512)
 RLXC_DECLARE_WQ(avx512)
 RLXC_DECLARE_FX(avx512)
 RLXC_DECLARE_X16(avx512)
+RLXC_DECLARE_KX16(avx512)
 /* One row per register: decode and small T (quant.c); the GEMMs above use them below 8 tokens. */
 void rlxc_matmul_q4_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 void rlxc_matmul_q8_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);

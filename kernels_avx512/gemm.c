@@ -244,13 +244,13 @@ DEFINE_IL_MATMUL(q5_0, block_q5_0, 16, rlxc_matmul_q5_0_rows_avx512)
 DEFINE_IL_MATMUL(q8_0, block_q8_0, 128, rlxc_matmul_q8_0_pairs_avx512)
 
 /* Repacked rows: no copy to gather, and per token the same operations as the decode kernels. */
-#define DEFINE_X16_MATMUL(kind, qs, offset)                                                                    \
+#define DEFINE_X16_MATMUL(kind, type, offset)                                                                    \
     void rlxc_matmul_##kind##x16_avx512(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) { \
         if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_##kind##x16, offset))      \
-            rlxc_matmul_x16_by_token(rlxc_matvec_##kind##x16_avx512, qs, y, ldy, w, xq, G, K, T);               \
+            rlxc_matmul_x16_by_token(rlxc_matvec_##kind##x16_avx512, type, y, ldy, w, xq, G, K, T);             \
     }
-DEFINE_X16_MATMUL(q4_0, 16, 8)
-DEFINE_X16_MATMUL(q8_0, 32, 128)
+DEFINE_X16_MATMUL(q4_0, RLXC_Q4_0, 8)
+DEFINE_X16_MATMUL(q8_0, RLXC_Q8_0, 128)
 
 /* ---- the 256-blocks (Q2_K .. Q6_K, IQ4_XS) x Q8_K ----
  * Each row's super-block in the common form of kernels_avx2/kq_form.h (unsigned quants, 16

@@ -4,6 +4,6 @@
 #include "avx512.h"
 
 static const rlxc_kernels table = RLXC_KERNEL_TABLE("avx512", avx512, avx512, avx512, avx2, avx2, avx2, avx512, avx2,
-                                                        avx512);
+                                                        avx512, avx512);
 
 const rlxc_kernels *rlxc_kernels_avx512(void) { return &table; }

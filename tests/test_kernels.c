@@ -311,24 +311,38 @@ static void test_mat(result *out, const rlxc_kernels *k) {
     }
 }
 
-/* The products on repacked Q4_0 / Q8_0 (matvec_x16 / matmul_x16, where the table has them) against
- * the scalar products on the GGUF rows: bit-identical for the scalar twin, within TOL for SIMD;
- * and (where a table has matmul_x16) each token's outputs of it bit-identical with matvec_x16
- * (the engine's prefill == decode and its thread-count independence rest on it). Block counts
- * pass the kernels' 256-block chunk, token counts the GEMM tiles. The packed buffer is malloc'ed
- * at its size and offset from 64-byte alignment, so reads past it and aligned-load assumptions
- * both fail. */
+/* The products on repacked Q4_0 / Q8_0 / Q4_K (matvec_x16 / matmul_x16, where the table has them)
+ * against the scalar products on the GGUF rows: bit-identical for the scalar twin, within TOL for
+ * SIMD; and (where a table has matmul_x16) each token's outputs of it bit-identical with
+ * matvec_x16 (the engine's prefill == decode and its thread-count independence rest on it).
+ * Block counts pass the kernels' 256-block chunk, token counts the GEMM tiles. The packed buffer
+ * is malloc'ed at its size and offset from 64-byte (Q4_K: 16-byte) alignment, so reads past it
+ * and aligned-load assumptions both fail. Every row's blocks come back byte for byte from the
+ * packed copy (rlxc_x16_row_blocks). */
 static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, int T) {
     const rlxc_wtype type = wkinds[kind].type;
     const rlxc_wtype_kernels *kw = &k->wt[type];
-    const int N = G * RLXC_PACK_ROWS, K = nb * RLXC_QK, ldy = N + 3, ny = T * ldy;
+    const int N = G * RLXC_PACK_ROWS, K = nb * wkinds[kind].qk, ldy = N + 3, ny = T * ldy;
     const size_t row_bytes = (size_t)nb * wkinds[kind].bytes, packed = rlxc_x16_bytes(type, N, K);
-    uint8_t *w = xmalloc((size_t)N * row_bytes), *wbuf = xmalloc(packed + 16), *wp = wbuf + 16;
+    const size_t x_bytes = rlxc_x16_x_bytes(type, K);
+    /* Q4_K's kernels take aligned loads: its copies are 64-byte aligned (the engine's), the others must not need it */
+    const size_t skew = type == RLXC_Q4_K ? 64 : 16;
+    uint8_t *wbuf = skew == 64 ? aligned_alloc(64, packed + 64) : xmalloc(packed + 16), *wp = wbuf + skew;
+    uint8_t *w = xmalloc((size_t)N * row_bytes);
+    uint8_t *back = xmalloc(row_bytes);
     float *wabs = xmalloc((size_t)N * K * sizeof(float)), *xd = xmalloc((size_t)T * K * sizeof(float));
     float *ref = guarded(ny), *got = guarded(ny), *one = guarded(N), *scale = xmalloc((size_t)ny * sizeof(float));
     random_weights(kind, w, (size_t)N * nb);
     rlxc_pack_x16(type, wp, w, N, K);
-    block_q8_0 *x = random_activations(ACT_Q8_0, xd, T, K);
+    for (int n = 0; n < N && T == 1; n++) {
+        rlxc_x16_row_blocks(type, back, wp + (size_t)(n / RLXC_PACK_ROWS) * rlxc_x16_type_group_bytes(type, K),
+                            n % RLXC_PACK_ROWS, 0, nb, K);
+        if (memcmp(back, w + (size_t)n * row_bytes, row_bytes)) {
+            fail(r, "G %d K %d: row %d does not come back from the packed copy", G, K, n);
+            break;
+        }
+    }
+    uint8_t *x = random_activations(wkinds[kind].act, xd, T, K);
     for (int n = 0; n < N; n++) weight_terms(kind, wabs + (size_t)n * K, w + n * row_bytes, K);
     product_scales(scale, ldy, wabs, xd, N, K, T);
     rlxc_kernels_scalar.wt[type].matmul(ref, ldy, w, x, N, K, T);
@@ -344,27 +358,28 @@ static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, 
     compare(r, got, ref, scale, ny, G, K, T);
     check_guards(r, got, ny, G, K, T);
     for (int t = 0; t < T; t++) {
-        kw->matvec_x16(one, wp, x + (size_t)t * nb, G, K);
+        kw->matvec_x16(one, wp, x + (size_t)t * x_bytes, G, K);
         check_guards(r, one, N, G, K, t);
         if (memcmp(one, got + t * ldy, (size_t)N * sizeof(float))) {
             fail(r, "G %d K %d T %d: token %d of matmul_x16 differs from matvec_x16", G, K, T, t);
             r->max_err = INFINITY;
         }
     }
-    free(w), free(wbuf), free(wabs), free(xd), free(x), free(scale);
+    free(w), free(wbuf), free(back), free(wabs), free(xd), free(x), free(scale);
     free_guarded(ref), free_guarded(got), free_guarded(one);
 }
 
 static void test_x16(result *r, const rlxc_kernels *k, int kind) {
     static const int Gs[] = {1, 2, 3, 5}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
     const rlxc_wtype_kernels *kw = &k->wt[wkinds[kind].type];
-    r->name = kind == W_Q4_0 ? "matvec/matmul_q4_0x16" : "matvec/matmul_q8_0x16";
+    r->name = kind == W_Q4_0 ? "matvec/matmul_q4_0x16" : kind == W_Q8_0 ? "matvec/matmul_q8_0x16" : "matvec/matmul_q4_kx16";
     if (!kw->matvec_x16) return;
     for (int a = 0; a < LEN(Gs); a++)
-        for (int b = 0; b < LEN(nbs); b++) x16_case(r, k, kind, Gs[a], nbs[b], 1);
+        for (int b = 0; b < LEN(nbs); b++)
+            if (kind != W_Q4_K || nbs[b] < 257 || a == 0) x16_case(r, k, kind, Gs[a], nbs[b], 1);
     if (!kw->matmul_x16) return; /* NEON: decode only */
     for (int a = 0; a < LEN(Gs); a++)
-        for (int c = 0; c < LEN(Ts); c++) x16_case(r, k, kind, Gs[a], a % 2 ? 9 : 130, Ts[c]);
+        for (int c = 0; c < LEN(Ts); c++) x16_case(r, k, kind, Gs[a], kind == W_Q4_K ? (a % 2 ? 3 : 17) : a % 2 ? 9 : 130, Ts[c]);
 }
 
 /* ---- dequantization (the f32-activation path): bit-identical ---- */
@@ -865,7 +880,7 @@ static int run_big(const char *isa) {
 
 /* ---- driver ---- */
 
-#define N_RESULTS (2 * N_WKINDS + 18)
+#define N_RESULTS (2 * N_WKINDS + 19)
 
 static int run_isa(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
@@ -880,6 +895,7 @@ static int run_isa(const char *isa) {
     test_matvec_fx(r++, k);
     test_x16(r++, k, W_Q4_0);
     test_x16(r++, k, W_Q8_0);
+    test_x16(r++, k, W_Q4_K);
     test_norms(r, k), r += 2;
     test_rope(r++, k);
     test_attn_block(r, k), r += 3;

@@ -319,16 +319,19 @@ static void test_taps(const char *isa, rlxc_model *m, const int32_t *ids) {
 /* Rows read back from a packed copy (what a tied embedding's lookups use) equal the GGUF rows'
  * dequantization bit for bit, the tail rows past the last whole group included. */
 static void test_weight_rows(const char *isa) {
-    static const rlxc_wtype types[] = {RLXC_Q4_0, RLXC_Q8_0};
+    static const rlxc_wtype types[] = {RLXC_Q4_0, RLXC_Q8_0, RLXC_Q4_K};
     int ok = 1;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        rlxc_weight w = make_matrix(V, H, types[i], 1.0f);
+        enum { K_MAX = 2 * RLXC_QK_K };
+        const int K = types[i] == RLXC_Q4_K ? K_MAX : H; /* Q4_K: 2 super-blocks */
+        rlxc_weight w = make_matrix(V, K, types[i], 1.0f);
         rlxc_weight_pack(&w, 0);
-        float a[H], b[H];
+        ok &= w.packed != NULL || !rlxc_kernels_active()->wt[types[i]].matvec_x16;
+        float a[K_MAX], b[K_MAX];
         for (int r = 0; r < V; r++) {
             rlxc_weight_row(&w, r, a);
-            rlxc_dequantize_row(w.type, b, (const char *)w.data + r * rlxc_wtype_row_bytes(w.type, H), H);
-            ok &= !memcmp(a, b, sizeof a);
+            rlxc_dequantize_row(w.type, b, (const char *)w.data + r * rlxc_wtype_row_bytes(w.type, K), K);
+            ok &= !memcmp(a, b, (size_t)K * sizeof(float));
         }
         rlxc_weight_unpack(&w);
         free(w.data);

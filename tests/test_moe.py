@@ -33,7 +33,7 @@ def moe_layer(rng, H, EI, E, k, I, dtype="f32", optional=(), **fields):
         w[name] = (rng.uniform(0.5, 1.5, n) if name != "shared_gate" else rng.normal(0, 0.3, n)).astype(np.float32)
     for name, arr in w.items():
         quant = dtype != "f32" and name in ("gate_exps", "up_exps", "down_exps", "gate_proj", "up_proj",
-                                           "down_proj") and arr.shape[1] % 32 == 0
+                                           "down_proj") and arr.shape[1] % (256 if dtype == "q4_k" else 32) == 0
         layer.set_weight(name, arr, dtype if quant else "f32")
     return layer
 
@@ -78,14 +78,16 @@ def test_moe_optional_parts(optional, isa):
         layer.set_weight(name, saved)
 
 
-@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "q4_k"])
 @pytest.mark.parametrize("act", ["f32", "q8"])
 def test_moe_quantized_experts(dtype, act, isa):
     rng = np.random.default_rng(11)
-    # expert width 48 and 64: repacked 16-row groups (q4_0 / q8_0) whole per expert; hidden 96 too
-    layers = [moe_layer(rng, 96, 64, 6, 2, 0, dtype), moe_layer(rng, 96, 32, 4, 3, 64, dtype)]
+    # expert width 64 and 32: repacked 16-row groups whole per expert; hidden 96 too (q4_k: hidden
+    # 256, its gate / up experts repacked, down f32)
+    H = 256 if dtype == "q4_k" else 96
+    layers = [moe_layer(rng, H, 64, 6, 2, 0, dtype), moe_layer(rng, H, 32, 4, 3, 64, dtype)]
     assert layers[0].weight_type("gate_exps") == dtype
-    x = rng.normal(0, 1, (21, 96)).astype(np.float32)
+    x = rng.normal(0, 1, (21, H)).astype(np.float32)
     for threads in (1, 2):
         got, want = run_both(layers, x, threads, act)
         # q8: the reference rounds the activations too; where float32 vs float64 flips a Q8
