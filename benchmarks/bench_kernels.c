@@ -1,9 +1,9 @@
-/* Kernel throughput: Q4_0 (or -w q4_k: Q4_K) matvec GB/s of weights from in-cache sizes to 4x
+/* Kernel throughput: Q4_0 (or -w: Q8_0, Q4_K) matvec GB/s of weights from in-cache sizes to 4x
  * the last-level cache, on the GGUF layout and on the repacked 16-row groups decode uses where
  * the ISA has a kernel for them (matvec_x16), next to the read bandwidth of a plain streaming
  * sum over the same bytes, and GEMM GFLOP/s at N = K = 4096 (GGUF layout, and repacked).
  *
- *   bench_kernels [-w q4_0|q4_k] [-t threads] [-s seconds] [-r rounds] [isa ...]
+ *   bench_kernels [-w q4_0|q8_0|q4_k] [-k row length] [-t threads] [-s seconds] [-r rounds] [isa ...]
  *   (default: every ISA the CPU runs)
  *
  * With -t > 1 (OpenMP) the rows are split the way the engine splits them: each thread calls
@@ -22,6 +22,7 @@
 
 static int n_threads = 1, rounds = 5;
 static rlxc_wtype wtype = RLXC_Q4_0;
+static int row_len = 4096;
 static double min_seconds = 0.3;
 
 static size_t llc_bytes(void) {
@@ -160,10 +161,11 @@ static void bench_isa(const char *isa) {
     }
     const rlxc_kernels *k = rlxc_kernels_active();
     const size_t llc = llc_bytes();
-    const int K = 4096, nb = K / rlxc_wtype_block_size(wtype);
+    const int K = row_len, nb = K / rlxc_wtype_block_size(wtype);
     const size_t row_bytes = rlxc_wtype_row_bytes(wtype, K);
     const rlxc_wtype_kernels *kw = &k->wt[wtype];
-    printf("\n[%s] %s, %d thread(s), LLC %zu MiB\n", k->isa, wtype == RLXC_Q4_K ? "Q4_K" : "Q4_0", n_threads, llc >> 20);
+    printf("\n[%s] %s, K = %d, %d thread(s), LLC %zu MiB\n", k->isa,
+           wtype == RLXC_Q4_K ? "Q4_K" : wtype == RLXC_Q8_0 ? "Q8_0" : "Q4_0", K, n_threads, llc >> 20);
     printf("%-10s %8s %12s %12s %12s %7s %7s\n", "weights", "N x K", "matvec GB/s", "x16 GB/s", "stream GB/s",
            "ratio", "x16");
 
@@ -217,7 +219,10 @@ int main(int argc, char **argv) {
     int n_isas = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) n_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-w") && i + 1 < argc) wtype = !strcmp(argv[++i], "q4_k") ? RLXC_Q4_K : RLXC_Q4_0;
+        else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
+            i++;
+            wtype = !strcmp(argv[i], "q4_k") ? RLXC_Q4_K : !strcmp(argv[i], "q8_0") ? RLXC_Q8_0 : RLXC_Q4_0;
+        } else if (!strcmp(argv[i], "-k") && i + 1 < argc) row_len = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_seconds = atof(argv[++i]);
         else if (n_isas < 8) isas[n_isas++] = argv[i];

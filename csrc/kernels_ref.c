@@ -63,16 +63,16 @@ static void q4_k_from_record(block_q4_k *b, const rlxc_q4_kx16 *o, int r) {
     b->d = o->d[r], b->dmin = o->dmin[r];
 }
 
-void rlxc_x16_row_blocks(rlxc_wtype t, void *dst, const void *group, int r, int b0, int n, int K) {
+void rlxc_x16_row_blocks(rlxc_wtype t, void *dst, const void *group, int r, int b0, int n) {
     if (t == RLXC_Q4_K) {
         for (int b = 0; b < n; b++) q4_k_from_record((block_q4_k *)dst + b, (const rlxc_q4_kx16 *)group + b0 + b, r);
         return;
     }
-    const int qs = rlxc_x16_qs_bytes(t), nb = K / RLXC_QK;
+    const int qs = rlxc_x16_qs_bytes(t);
     for (int b = 0; b < n; b++) {
         uint8_t *out = (uint8_t *)dst + (size_t)b * (2 + qs);
         const uint8_t *q = rlxc_x16_quants(group, qs, b0 + b);
-        memcpy(out, &rlxc_x16_scales(group, qs, nb, b0 + b)[r], 2);
+        memcpy(out, &rlxc_x16_scales(group, qs, b0 + b)[r], 2);
         for (int j = 0; j < qs; j++) out[2 + j] = q[rlxc_x16_byte(r, j)];
     }
 }
@@ -94,7 +94,7 @@ void rlxc_pack_x16(rlxc_wtype t, void *dst, const void *w, int N, int K) {
         memset(group, 0, gbytes);
         for (int b = 0; b < nb; b++) {
             uint8_t *q = (uint8_t *)rlxc_x16_quants(group, qs, b);
-            rlxc_fp16 *d = (rlxc_fp16 *)rlxc_x16_scales(group, qs, nb, b);
+            rlxc_fp16 *d = (rlxc_fp16 *)rlxc_x16_scales(group, qs, b);
             for (int r = 0; r < RLXC_PACK_ROWS; r++) {
                 /* both block types: the fp16 scale, then the quants */
                 const uint8_t *src = (const uint8_t *)w + ((size_t)g * RLXC_PACK_ROWS + r) * row_bytes + (size_t)b * (2 + qs);
@@ -174,7 +174,7 @@ static void matvec_x16_scalar(float *y, const void *w, const block_q8_0 *x, int 
                 }
             else
                 for (int j = 0; j < RLXC_QK; j++) sumi += (int8_t)q[rlxc_x16_byte(r, j)] * x[b].qs[j];
-            s += (float)sumi * rlxc_fp16_to_f32(rlxc_x16_scales(group, qs, nb, b)[r]) * rlxc_fp16_to_f32(x[b].d);
+            s += (float)sumi * rlxc_fp16_to_f32(rlxc_x16_scales(group, qs, b)[r]) * rlxc_fp16_to_f32(x[b].d);
         }
         y[n] = s;
     }

@@ -166,7 +166,7 @@ void rlxc_weight_row(const rlxc_weight *w, int r, float *y) {
     const uint8_t *grp = (const uint8_t *)w->packed + (size_t)(r / P) * rlxc_x16_type_group_bytes(w->type, K);
     for (int b0 = 0; b0 < nb; b0 += step) {
         const int n = nb - b0 < step ? nb - b0 : step;
-        rlxc_x16_row_blocks(w->type, blocks, grp, r % P, b0, n, K);
+        rlxc_x16_row_blocks(w->type, blocks, grp, r % P, b0, n);
         rlxc_dequantize_row(w->type, y + (size_t)b0 * qk, blocks, n * qk);
     }
 }

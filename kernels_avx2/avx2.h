@@ -136,8 +136,8 @@ RLXC_DECLARE_KX16(avx2)
 void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb, int offset);
 
 /* A matvec_x16 of rows of qs quant bytes per block and weight offset `offset`, around
- * group(y, quants, scales, x, bias, dx, n, first): one 16-row group over n blocks, accumulating
- * into y[0..16) unless first. */
+ * group(y, grp, b0, x, bias, dx, n, first): one 16-row group over blocks b0 .. b0 + n (x, bias, dx
+ * from block b0), accumulating into y[0..16) unless first. */
 #define RLXC_DEFINE_MATVEC_X16(name, group, qs, offset)                                                   \
     void name(float *y, const void *vw, const void *vx, int G, int K) {                                   \
         const block_q8_0 *x = vx;                                                                         \
@@ -150,8 +150,7 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
             rlxc_x16_block_terms(bias, dx, x + b0, n, offset);                                            \
             for (int g = 0; g < G; g++) {                                                                 \
                 const uint8_t *grp = (const uint8_t *)vw + (size_t)g * group_bytes;                       \
-                group(y + 16 * (size_t)g, rlxc_x16_quants(grp, qs, b0), rlxc_x16_scales(grp, qs, nb, b0), \
-                      x + b0, bias, dx, n, !b0);                                                          \
+                group(y + 16 * (size_t)g, grp, b0, x + b0, bias, dx, n, !b0);                             \
             }                                                                                             \
         }                                                                                                 \
     }

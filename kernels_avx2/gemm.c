@@ -35,7 +35,7 @@ static void pack_q4_0x16(il_block *dst, const void *w, int row0, int nb, int nr)
             dst[b].w[j] = _mm256_and_si256(z, m4);
             dst[b].w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
         }
-        dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rlxc_x16_scales(grp, 16, nb, b) + 8 * half)));
+        dst[b].d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rlxc_x16_scales(grp, 16, b) + 8 * half)));
     }
 }
 

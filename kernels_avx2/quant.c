@@ -122,12 +122,14 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
 /* Decode on 16-row groups, rows 0-7 and 8-15 (the low and high 32 bytes of each 64-byte run) in
  * two registers. Q4_0: per half and block 8 maddubs summed in int16 (8 * 2 * 15 * 127 < 2^15, no
  * saturation), one widening madd and one scale FMA for 8 rows. */
-RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *grp, int b0, const block_q8_0 *x, const int32_t *bias,
+                                const float *dx, int n, int first) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2];
     for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
-    for (int b = 0; b < n; b++, qs += 256, d += 16) {
+    for (int b = 0; b < n; b++) {
+        const uint8_t *qs = rlxc_x16_quants(grp, 16, b0 + b);
+        const rlxc_fp16 *d = rlxc_x16_scales(grp, 16, b0 + b);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         const __m256 dxb = _mm256_set1_ps(dx[b]);
         RLXC_UNROLL for (int h = 0; h < 2; h++) {
@@ -148,12 +150,14 @@ RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d,
 
 /* Q8_0: the sign trick of q8_0_tile (|w| times x carrying w's sign); pair sums up to 2 * 128 * 127
  * leave no room to add two maddubs in int16, so each is widened. */
-RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *grp, int b0, const block_q8_0 *x, const int32_t *bias,
+                                const float *dx, int n, int first) {
     (void)bias; /* signed weights: no offset */
     __m256 acc[2];
     for (int h = 0; h < 2; h++) acc[h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8 * h);
-    for (int b = 0; b < n; b++, qs += 512, d += 16) {
+    for (int b = 0; b < n; b++) {
+        const uint8_t *qs = rlxc_x16_quants(grp, 32, b0 + b);
+        const rlxc_fp16 *d = rlxc_x16_scales(grp, 32, b0 + b);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         const __m256 dxb = _mm256_set1_ps(dx[b]);
         RLXC_UNROLL for (int h = 0; h < 2; h++) {

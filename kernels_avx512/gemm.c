@@ -186,7 +186,7 @@ RLXC_INLINE void pack_x16(il_block *dst, const void *rows, int row0, int nb, int
                     o->w[2 * g + 1] = _mm512_xor_si512(_mm512_loadu_si512(q + 128 * g + 64), flip);
                 }
             }
-            o->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)rlxc_x16_scales(grp, qs, nb, b)));
+            o->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)rlxc_x16_scales(grp, qs, b)));
         }
     }
 }

@@ -106,11 +106,13 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx512, rlxc_matmul_q8_0_pairs_avx512)
 /* Decode on 16-row groups (rlxc_pack_x16), one row per 32-bit lane. Q4_0: per block 4 loads, 8
  * vpdpbusd (low nibbles with activation group g, high nibbles with group 4 + g, two chains) and
  * one scale FMA for all 16 rows: ~30 ops where the one-row kernel above needs ~80. */
-RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *grp, int b0, const block_q8_0 *x, const int32_t *bias,
+                                const float *dx, int n, int first) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
-    for (int b = 0; b < n; b++, qs += 256, d += 16) {
+    for (int b = 0; b < n; b++) {
+        const uint8_t *qs = rlxc_x16_quants(grp, 16, b0 + b);
+        const rlxc_fp16 *d = rlxc_x16_scales(grp, 16, b0 + b);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
         RLXC_UNROLL for (int j = 0; j < 4; j++) {
@@ -125,11 +127,13 @@ RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *qs, const rlxc_fp16 *d,
 }
 
 /* Q8_0: quants made unsigned by flipping the sign bit (w + 128), 8 vpdpbusd per block. */
-RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *qs, const rlxc_fp16 *d, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *grp, int b0, const block_q8_0 *x, const int32_t *bias,
+                                const float *dx, int n, int first) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y);
-    for (int b = 0; b < n; b++, qs += 512, d += 16) {
+    for (int b = 0; b < n; b++) {
+        const uint8_t *qs = rlxc_x16_quants(grp, 32, b0 + b);
+        const rlxc_fp16 *d = rlxc_x16_scales(grp, 32, b0 + b);
         const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
         __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
         RLXC_UNROLL for (int j = 0; j < 4; j++) {

@@ -25,7 +25,7 @@ RLXC_INLINE void matvec_x16(float *y, const void *w, const block_q8_0 *x, int G,
         for (int r = 0; r < 4; r++) acc[r] = vdupq_n_f32(0.0f);
         for (int b = 0; b < nb; b++) {
             const uint8_t *q = rlxc_x16_quants(grp, qs, b);
-            const rlxc_fp16 *d = rlxc_x16_scales(grp, qs, nb, b);
+            const rlxc_fp16 *d = rlxc_x16_scales(grp, qs, b);
             const int8x16_t xa = vld1q_s8(x[b].qs), xb = vld1q_s8(x[b].qs + 16);
             int32x4_t lo[4], hi[4];
             const int32_t bias = qs == 16 ? -8 * (vaddlvq_s8(xa) + vaddlvq_s8(xb)) : 0;

@@ -336,7 +336,7 @@ static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, 
     rlxc_pack_x16(type, wp, w, N, K);
     for (int n = 0; n < N && T == 1; n++) {
         rlxc_x16_row_blocks(type, back, wp + (size_t)(n / RLXC_PACK_ROWS) * rlxc_x16_type_group_bytes(type, K),
-                            n % RLXC_PACK_ROWS, 0, nb, K);
+                            n % RLXC_PACK_ROWS, 0, nb);
         if (memcmp(back, w + (size_t)n * row_bytes, row_bytes)) {
             fail(r, "G %d K %d: row %d does not come back from the packed copy", G, K, n);
             break;
