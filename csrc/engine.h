@@ -36,13 +36,16 @@ size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act);
  * split between threads and ending with a barrier, one token by each thread for itself. */
 void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, int K,
                       const rlxc_weight *const *ws, int n, rlxc_act act, void *scratch);
-/* This thread's share of several products of one input, their rows split as one range; dq: this
- * thread's rlxc_dq_scratch_floats. No barrier. */
+/* This thread's part of several products of one input, their rows taken as one range in chunks
+ * (rlxc_team_next); dq: this thread's rlxc_dq_scratch_floats. No barrier. */
 void rlxc_linear_team(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq);
-/* Products with the same number of rows, each split alike: this thread computes rows [*r0, *r1) of
- * every one, so an element-wise op on their outputs needs no barrier. No barrier. */
-void rlxc_linear_alike(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq, int *r0,
-                       int *r1);
+/* What follows products split alike on the rows [r0, r1) of each that this thread just computed
+ * (an element-wise op on their outputs, which so needs no barrier). */
+typedef void (*rlxc_rows_done)(void *ctx, int r0, int r1);
+/* Products with the same number of rows, each cut into the same chunks: this thread computes
+ * a chunk of every one, then done(ctx, r0, r1) on it. No barrier. */
+void rlxc_linear_alike(const rlxc_team *tm, const rlxc_xin *in, const rlxc_product *ps, int n, float *dq,
+                       rlxc_rows_done done, void *ctx);
 
 /* One layer's K/V (kvcache.c): [heads][rows][dim] of type; position p in cell p % cells, and a
  * ring (window W > 0: cells < max_seq, rows = cells + W - 1) writes cell c < W - 1 at rows c and
@@ -169,10 +172,21 @@ float *rlxc_pipeline_extra(const rlxc_pipeline *p, int T);
  * this thread's rows of each. No barrier after it. */
 void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K, const rlxc_product *ps,
                    int n);
-/* The same for products with the same rows, split alike (rlxc_linear_alike): this thread's rows
- * [*r0, *r1) of each. No barrier after it. */
+/* The same for products with the same rows, cut alike (rlxc_linear_alike), done(ctx, r0, r1) on
+ * each chunk this thread computed. No barrier after it. */
 void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
-                         const rlxc_product *ps, int n, int *r0, int *r1);
+                         const rlxc_product *ps, int n, rlxc_rows_done done, void *ctx);
+/* The element-wise part of gated products, a rlxc_rows_done: on rows [r0, r1) of T rows of
+ * width I, f = act(f) * up * g * neuron_scale (each factor optional; g: the token's per-layer
+ * inputs, g_stride floats apart). */
+typedef struct {
+    const rlxc_layer *l;
+    float *f;
+    const float *up, *neuron_scale, *g;
+    size_t g_stride, I;
+    int T;
+} rlxc_ffn_act;
+void rlxc_ffn_activate(void *ctx, int r0, int r1);
 /* Layer li's cache (its own or the one it reads) for token t of a call. */
 rlxc_kv_cache *rlxc_kv_of(const rlxc_pipeline *p, int li, int t);
 /* Position of token t of a call that starts at pos0. */

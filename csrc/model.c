@@ -113,6 +113,18 @@ static void per_layer_inputs(const rlxc_team *tm, const model_call *c, const flo
     rlxc_team_sync(tm);
 }
 
+/* The final softcap on the logits [r0, r1) of each row a thread computed. */
+typedef struct {
+    float *logits;
+    int V, rows;
+    float cap;
+} softcap_rows;
+
+static void softcap_logits(void *ctx, int r0, int r1) {
+    const softcap_rows *c = ctx;
+    for (int r = 0; r < c->rows; r++) rlxc_kernels_active()->softcap(c->logits + (size_t)r * c->V + r0, c->cap, r1 - r0);
+}
+
 static void model_team(const rlxc_team *tm, void *arg) {
     const model_call *c = arg;
     const rlxc_kernels *kn = rlxc_kernels_active();
@@ -154,11 +166,9 @@ static void model_team(const rlxc_team *tm, void *arg) {
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, -1, RLXC_STAGE_FINAL_NORM, normed, c->rows, c->pos0 + c->first, H);
     const rlxc_weight *lm = &mp->lm_head;
-    int r0, r1;
-    rlxc_products_alike(p, tm, normed, c->rows, H, &(rlxc_product){c->logits, lm, NULL}, 1, &r0, &r1);
-    if (mp->final_softcap > 0.0f)
-        for (int r = 0; r < c->rows && r0 < r1; r++)
-            kn->softcap(c->logits + (size_t)r * lm->rows + r0, mp->final_softcap, r1 - r0);
+    softcap_rows cap = {c->logits, lm->rows, c->rows, mp->final_softcap};
+    rlxc_products_alike(p, tm, normed, c->rows, H, &(rlxc_product){c->logits, lm, NULL}, 1,
+                        mp->final_softcap > 0.0f ? softcap_logits : NULL, &cap);
     rlxc_tap(p, tm, -1, RLXC_STAGE_LOGITS, c->logits, c->rows, c->pos0 + c->first, (size_t)lm->rows);
 }
 

@@ -168,13 +168,8 @@ float *rlxc_moe(rlxc_pipeline *p, const rlxc_team *tm, int li, const float *x, c
         const rlxc_xin part = xin_rows(&in, r, n);
         const rlxc_weight gw = expert_view(gate_up[0], e, I), uw = expert_view(gate_up[1], e, I);
         const rlxc_product ps[2] = {{b.g + (size_t)r * I, &gw, NULL}, {b.u + (size_t)r * I, &uw, NULL}};
-        int r0, r1;
-        rlxc_linear_alike(tm, &part, ps, 2, dq, &r0, &r1);
-        for (int i = 0; i < n && r0 < r1; i++) {
-            float *g = b.g + (size_t)(r + i) * I + r0;
-            rlxc_activate(l, g, (size_t)(r1 - r0));
-            kn->mul(g, g, b.u + (size_t)(r + i) * I + r0, r1 - r0);
-        }
+        rlxc_ffn_act act = {l, b.g + (size_t)r * I, b.u + (size_t)r * I, NULL, NULL, 0, (size_t)I, n};
+        rlxc_linear_alike(tm, &part, ps, 2, dq, rlxc_ffn_activate, &act);
     }
     rlxc_team_sync(tm);
 

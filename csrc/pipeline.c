@@ -403,10 +403,10 @@ void rlxc_products(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T,
 }
 
 void rlxc_products_alike(rlxc_pipeline *p, const rlxc_team *tm, const float *x, int T, int K,
-                         const rlxc_product *ps, int n, int *r0, int *r1) {
+                         const rlxc_product *ps, int n, rlxc_rows_done done, void *ctx) {
     rlxc_xin in;
     float *dq = prepare(p, tm, &in, x, T, K, ps, n);
-    rlxc_linear_alike(tm, &in, ps, n, dq, r0, r1);
+    rlxc_linear_alike(tm, &in, ps, n, dq, done, ctx);
 }
 
 /* K/V head item j (token t at pos0 + t, or its batch position, head h) into layer li's cache. */
@@ -606,6 +606,18 @@ static void mix_experts(const rlxc_layer *l, const bufs *b, float *moe, size_t t
     }
 }
 
+void rlxc_ffn_activate(void *ctx, int r0, int r1) {
+    const rlxc_ffn_act *c = ctx;
+    const rlxc_kernels *kn = rlxc_kernels_active();
+    for (int t = 0; t < c->T; t++) {
+        float *f = c->f + (size_t)t * c->I + r0;
+        rlxc_activate(c->l, f, (size_t)(r1 - r0));
+        if (c->up) kn->mul(f, f, c->up + (size_t)t * c->I + r0, r1 - r0);
+        if (c->g) kn->mul(f, f, c->g + (size_t)t * c->g_stride + r0, r1 - r0);
+        if (c->neuron_scale) kn->mul(f, f, c->neuron_scale + r0, r1 - r0);
+    }
+}
+
 /* One layer over x[T][H] in place, the whole team; ple: this layer's slice of the first token's
  * inputs, ple_stride floats per token. */
 static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *x, const float *ple,
@@ -674,15 +686,8 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
         const rlxc_product ffn[2] = {{b.f1, &w[gated ? RLXC_W_GATE : RLXC_W_UP],
                                       ub ? &w[gated ? RLXC_W_GATE_B : RLXC_W_UP_B] : NULL},
                                      {b.f2, &w[RLXC_W_UP], ub ? &w[RLXC_W_UP_B] : NULL}};
-        int r0, r1;
-        rlxc_products_alike(p, tm, b.xa, T, H, ffn, gated ? 2 : 1, &r0, &r1);
-        const float *neuron_scale = w[RLXC_W_NEURON_SCALE].data;
-        for (int t = 0; t < T && r0 < r1; t++) {
-            float *f1 = b.f1 + (size_t)t * I + r0;
-            rlxc_activate(l, f1, (size_t)(r1 - r0));
-            if (gated) kn->mul(f1, f1, b.f2 + (size_t)t * I + r0, r1 - r0);
-            if (neuron_scale) kn->mul(f1, f1, neuron_scale + r0, r1 - r0);
-        }
+        rlxc_ffn_act act = {l, b.f1, gated ? b.f2 : NULL, w[RLXC_W_NEURON_SCALE].data, NULL, 0, I, T};
+        rlxc_products_alike(p, tm, b.xa, T, H, ffn, gated ? 2 : 1, rlxc_ffn_activate, &act);
         rlxc_team_sync(tm);
         rlxc_tap(p, tm, li, RLXC_STAGE_MLP_ACT, b.f1, T, pos0, I);
         rlxc_products(p, tm, b.f1, T, (int)I,
@@ -702,13 +707,8 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     if (l->ple_dim > 0) {
         const int P = l->ple_dim;
         rlxc_team_sync(tm);
-        int r0, r1;
-        rlxc_products_alike(p, tm, x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, &r0, &r1);
-        for (int t = 0; t < T && r0 < r1; t++) {
-            float *f1 = b.f1 + (size_t)t * P + r0;
-            rlxc_activate(l, f1, (size_t)(r1 - r0));
-            kn->mul(f1, f1, ple + (size_t)t * ple_stride + r0, r1 - r0);
-        }
+        rlxc_ffn_act act = {l, b.f1, NULL, NULL, ple, ple_stride, (size_t)P, T};
+        rlxc_products_alike(p, tm, x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, rlxc_ffn_activate, &act);
         rlxc_team_sync(tm);
         rlxc_products(p, tm, b.f1, T, P, &(rlxc_product){b.o, &w[RLXC_W_PLE_PROJ], NULL}, 1);
         rlxc_team_sync(tm);

@@ -5,19 +5,31 @@
 #ifndef RLXC_TEAM_H
 #define RLXC_TEAM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* The team's barrier (threads.c): a waiting thread spins for a while, then sleeps on a futex. */
 typedef struct {
     _Atomic int arrived, sleepers, n;
     _Atomic unsigned gen;
+    _Atomic size_t ticket; /* the next chunk ticket of the team's chunked loops (rlxc_team_next) */
 } rlxc_barrier;
 
 void rlxc_barrier_wait(rlxc_barrier *b);
 
+/* A thread's place in the team's sequence of chunked loops: tickets are numbered through all
+ * of them in order, the loops' chunks one after the other from `base`; `held` is a ticket this
+ * thread drew past the end of a loop, kept for the loop it belongs to (RLXC_NO_TICKET: none). */
+typedef struct {
+    size_t base, held;
+} rlxc_tickets;
+
+#define RLXC_NO_TICKET ((size_t)-1)
+
 typedef struct {
     int ith, nth; /* this thread's index, the team's size */
     rlxc_barrier *bar;
+    rlxc_tickets *own;
 } rlxc_team;
 
 /* Every thread of the team waits here until all have arrived. */
@@ -30,6 +42,47 @@ static inline void rlxc_team_share(const rlxc_team *tm, size_t n, size_t align, 
     const size_t chunk = ((n + tm->nth - 1) / tm->nth + align - 1) / align * align, first = tm->ith * chunk;
     *a = first < n ? first : n;
     *b = n - *a > chunk ? *a + chunk : n;
+}
+
+/* A loop over n items cut into chunks at multiples of `align`, which the team's threads take
+ * one at a time as they get to them (with chunks_per_thread > 1), so that a thread slowed by
+ * the machine takes fewer. Every thread of the team must begin the same loops in the same order
+ * (as it walks the same stages); no barrier is needed before or after one beyond what the data
+ * needs. chunks_per_thread = 1 gives each thread its rlxc_team_share, as a static split. */
+typedef struct {
+    size_t n, align, chunk, base, chunks;
+    int done; /* the static split's one share was handed out */
+} rlxc_team_loop;
+
+static inline rlxc_team_loop rlxc_team_loop_begin(const rlxc_team *tm, size_t n, size_t align, int chunks_per_thread) {
+    rlxc_team_loop lp = {n, align, 0, 0, 0, 0};
+    if (tm->nth == 1 || chunks_per_thread <= 1) return lp;
+    const size_t want = (n + (size_t)tm->nth * chunks_per_thread - 1) / ((size_t)tm->nth * chunks_per_thread);
+    lp.chunk = (want + align - 1) / align * align;
+    lp.chunks = lp.chunk ? (n + lp.chunk - 1) / lp.chunk : 0;
+    lp.base = tm->own->base;
+    tm->own->base += lp.chunks;
+    return lp;
+}
+
+/* This thread's next chunk [*a, *b) of the loop; 0 when the loop has none left for it. */
+static inline int rlxc_team_next(const rlxc_team *tm, rlxc_team_loop *lp, size_t *a, size_t *b) {
+    if (!lp->chunk) {
+        if (lp->done) return 0;
+        lp->done = 1;
+        rlxc_team_share(tm, lp->n, lp->align, a, b);
+        return *a < *b;
+    }
+    size_t t = tm->own->held;
+    if (t == RLXC_NO_TICKET) t = atomic_fetch_add_explicit(&tm->bar->ticket, 1, memory_order_relaxed);
+    if (t >= lp->base + lp->chunks) { /* a later loop's: keep it for that one */
+        tm->own->held = t;
+        return 0;
+    }
+    tm->own->held = RLXC_NO_TICKET;
+    *a = (t - lp->base) * lp->chunk;
+    *b = lp->n - *a > lp->chunk ? *a + lp->chunk : lp->n;
+    return 1;
 }
 
 /* Run fn(team, arg) on up to n_threads threads (one in a forked child, never touching OpenMP);

@@ -126,16 +126,17 @@ void rlxc_barrier_wait(rlxc_barrier *b) {
 void rlxc_team_run(int n_threads, void (*fn)(const rlxc_team *tm, void *arg), void *arg) {
     const int nth = rlxc_threads_usable(n_threads);
     if (nth == 1) {
-        fn(&(rlxc_team){0, 1, NULL}, arg);
+        fn(&(rlxc_team){0, 1, NULL, NULL}, arg);
         return;
     }
     rlxc_barrier bar = {0};
 #pragma omp parallel num_threads(nth)
     {
+        rlxc_tickets own = {0, RLXC_NO_TICKET};
 #ifdef _OPENMP
-        const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads(), &bar};
+        const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads(), &bar, &own};
 #else
-        const rlxc_team tm = {0, 1, &bar};
+        const rlxc_team tm = {0, 1, &bar, &own};
 #endif
         /* every thread stores the same size (OpenMP may grant fewer threads than asked) */
         atomic_store_explicit(&bar.n, tm.nth, memory_order_relaxed);

@@ -14,7 +14,9 @@
  *   - taps (rlxc_pipeline_set_taps): one call per tapped stage with its T, positions and width,
  *     the same values on 1 and 3 threads, nothing changed by a tap that only reads (attn_probs,
  *     computed apart, within 1e-5), a tap adding a vector equal to the steer_resid_post slot bit
- *     for bit, a failing tap naming its stage and leaving the cache as it was.
+ *     for bit, a failing tap naming its stage and leaving the cache as it was;
+ *   - the team's chunked loops (team.h) hand out every item of a sequence of loops exactly once,
+ *     in chunks cut at multiples of their alignment, with and without barriers between loops.
  * Prints PASS/FAIL per check and "all model checks passed" at the end (exit status 1 otherwise).
  * `test_model N` tries thread counts up to N only (qemu-user hangs in libgomp's thread start, so
  * the aarch64 run under qemu uses 1). Built and run by tests/build_kernel_test.sh (and
@@ -26,6 +28,7 @@
 
 #include "kernels.h"
 #include "rlxc.h"
+#include "team.h"
 
 #define H 96
 #define V 50
@@ -388,6 +391,44 @@ static void test_batch(const char *isa, rlxc_model *m, const int32_t *ids) {
     free(batch[0]), free(batch[1]), free(alone);
 }
 
+/* Loops of these sizes one after the other (a barrier after the third), each item counted. */
+static const size_t loop_sizes[] = {100, 0, 5, 1000, 17, 48, 3000};
+#define LOOP_ITEMS (100 + 0 + 5 + 1000 + 17 + 48 + 3000)
+typedef struct {
+    _Atomic int hits[LOOP_ITEMS];
+    _Atomic int misaligned;
+    int chunks_per_thread;
+} loops_arg;
+
+static void loops_team(const rlxc_team *tm, void *arg) {
+    loops_arg *a = arg;
+    size_t off = 0;
+    for (size_t l = 0; l < sizeof loop_sizes / sizeof *loop_sizes; off += loop_sizes[l], l++) {
+        rlxc_team_loop lp = rlxc_team_loop_begin(tm, loop_sizes[l], 16, a->chunks_per_thread);
+        size_t x, y;
+        while (rlxc_team_next(tm, &lp, &x, &y)) {
+            if (x % 16 || (y % 16 && y != loop_sizes[l])) a->misaligned++;
+            for (size_t i = x; i < y; i++) a->hits[off + i]++;
+        }
+        if (l == 2) rlxc_team_sync(tm);
+    }
+}
+
+static void test_team_loops(void) {
+    static const int threads[] = {1, 2, 3, 7};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof threads / sizeof *threads && threads[i] <= max_threads; i++)
+        for (int per = 1; per <= 8; per *= 2) {
+            static loops_arg a;
+            memset(&a, 0, sizeof a);
+            a.chunks_per_thread = per;
+            rlxc_team_run(threads[i], loops_team, &a);
+            for (int j = 0; j < LOOP_ITEMS; j++) ok &= a.hits[j] == 1;
+            ok &= !a.misaligned;
+        }
+    check(ok, "team", "chunked loops give every item once, chunks aligned (1-7 threads, 1-8 chunks each)");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows line by line (slow under qemu) */
     if (argc > 1) max_threads = atoi(argv[1]) > 0 ? atoi(argv[1]) : 1;
@@ -396,6 +437,7 @@ int main(int argc, char **argv) {
         printf("kernel init: %s\n", err);
         return 1;
     }
+    test_team_loops();
     rlxc_layer layers[NL], *ptrs[NL];
     for (int i = 0; i < NL; i++) {
         configure(&layers[i], i);
