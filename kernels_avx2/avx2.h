@@ -136,8 +136,12 @@ RLXC_DECLARE_KX16(avx2)
 void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb, int offset);
 
 /* A matvec_x16 of rows of qs quant bytes per block and weight offset `offset`, around
- * group(y, grp, b0, x, bias, dx, n, first): one 16-row group over blocks b0 .. b0 + n (x, bias, dx
- * from block b0), accumulating into y[0..16) unless first. */
+ * group(y, grp, gb, S, b0, x, bias, dx, n, first): S groups gb bytes apart (y 16 floats apart)
+ * over blocks b0 .. b0 + n (x, bias, dx from block b0), accumulating into y unless first. The S
+ * groups go block by block together: S address streams, each followed by the hardware
+ * prefetcher, where one stream left a Xeon core reading 9 GB/s of the 12 that the 8-row GGUF
+ * tiles (8 streams) read. */
+#define RLXC_X16_STREAMS 4
 #define RLXC_DEFINE_MATVEC_X16(name, group, qs, offset)                                                   \
     void name(float *y, const void *vw, const void *vx, int G, int K) {                                   \
         const block_q8_0 *x = vx;                                                                         \
@@ -148,10 +152,13 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
         for (int b0 = 0; b0 < nb; b0 += RLXC_X16_CHUNK) {                                                 \
             const int n = nb - b0 < RLXC_X16_CHUNK ? nb - b0 : RLXC_X16_CHUNK;                            \
             rlxc_x16_block_terms(bias, dx, x + b0, n, offset);                                            \
-            for (int g = 0; g < G; g++) {                                                                 \
-                const uint8_t *grp = (const uint8_t *)vw + (size_t)g * group_bytes;                       \
-                group(y + 16 * (size_t)g, grp, b0, x + b0, bias, dx, n, !b0);                             \
-            }                                                                                             \
+            int g = 0;                                                                                    \
+            for (; g + RLXC_X16_STREAMS <= G; g += RLXC_X16_STREAMS)                                      \
+                group(y + 16 * (size_t)g, (const uint8_t *)vw + (size_t)g * group_bytes, group_bytes,     \
+                      RLXC_X16_STREAMS, b0, x + b0, bias, dx, n, !b0);                                    \
+            for (; g < G; g++)                                                                            \
+                group(y + 16 * (size_t)g, (const uint8_t *)vw + (size_t)g * group_bytes, group_bytes, 1,  \
+                      b0, x + b0, bias, dx, n, !b0);                                                      \
         }                                                                                                 \
     }
 /* The 256-blocks in register tiles over the GGUF rows (wtypes.c): decode, and the interleaved
