@@ -121,65 +121,57 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
 
 /* Decode on 16-row groups, rows 0-7 and 8-15 (the low and high 32 bytes of each 64-byte run) in
  * two registers. Q4_0: per half and block 8 maddubs summed in int16 (8 * 2 * 15 * 127 < 2^15, no
- * saturation), one widening madd and one scale FMA for 8 rows. */
-RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+ * saturation), one widening madd and one scale FMA for 8 rows. Returns half h's 8 int32 sums. */
+RLXC_INLINE __m256i x16_dot_q4_0(const uint8_t *qs, const unaligned_i32 *q, int32_t bias, int h) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[RLXC_X16_STREAMS][2];
-    RLXC_UNROLL for (int s = 0; s < S; s++)
-        for (int h = 0; h < 2; h++) acc[s][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 16 * s + 8 * h);
-    for (int b = 0; b < n; b++) {
-        const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
-        const __m256 dxb = _mm256_set1_ps(dx[b]);
-        RLXC_UNROLL for (int s = 0; s < S; s++) {
-            const uint8_t *qs = rlxc_x16_quants(grp + s * gb, 16, b0 + b);
-            const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, 16, b0 + b);
-            RLXC_UNROLL for (int h = 0; h < 2; h++) {
-                __m256i p = _mm256_setzero_si256();
-                RLXC_UNROLL for (int j = 0; j < 4; j++) {
-                    const __m256i z = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
-                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(z, m4), _mm256_set1_epi32(q[j])));
-                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4),
-                                                                 _mm256_set1_epi32(q[4 + j])));
-                }
-                const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias[b]));
-                const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 8 * h)));
-                acc[s][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dxb), acc[s][h]);
-            }
-        }
+    __m256i p = _mm256_setzero_si256();
+    RLXC_UNROLL for (int j = 0; j < 4; j++) {
+        const __m256i z = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(z, m4), _mm256_set1_epi32(q[j])));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(z, 4), m4),
+                                                     _mm256_set1_epi32(q[4 + j])));
     }
-    RLXC_UNROLL for (int s = 0; s < S; s++)
-        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + 16 * s + 8 * h, acc[s][h]);
+    return _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias));
 }
 
 /* Q8_0: the sign trick of q8_0_tile (|w| times x carrying w's sign); pair sums up to 2 * 128 * 127
  * leave no room to add two maddubs in int16, so each is widened. */
-RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+RLXC_INLINE __m256i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int32_t bias, int h) {
     (void)bias; /* signed weights: no offset */
-    __m256 acc[RLXC_X16_STREAMS][2];
-    RLXC_UNROLL for (int s = 0; s < S; s++)
-        for (int h = 0; h < 2; h++) acc[s][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 16 * s + 8 * h);
-    for (int b = 0; b < n; b++) {
-        const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
-        const __m256 dxb = _mm256_set1_ps(dx[b]);
-        RLXC_UNROLL for (int s = 0; s < S; s++) {
-            const uint8_t *qs = rlxc_x16_quants(grp + s * gb, 32, b0 + b);
-            const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, 32, b0 + b);
-            RLXC_UNROLL for (int h = 0; h < 2; h++) {
-                __m256i sum = _mm256_setzero_si256();
-                RLXC_UNROLL for (int j = 0; j < 8; j++) {
-                    const __m256i z = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
-                    sum = _mm256_add_epi32(sum, rlxc_dot_u8s8(_mm256_sign_epi8(z, z), _mm256_sign_epi8(_mm256_set1_epi32(q[j]), z)));
-                }
-                const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 8 * h)));
-                acc[s][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, dxb), acc[s][h]);
-            }
-        }
+    __m256i sum = _mm256_setzero_si256();
+    RLXC_UNROLL for (int j = 0; j < 8; j++) {
+        const __m256i z = _mm256_loadu_si256((const __m256i *)(qs + 64 * j + 32 * h));
+        sum = _mm256_add_epi32(sum, rlxc_dot_u8s8(_mm256_sign_epi8(z, z), _mm256_sign_epi8(_mm256_set1_epi32(q[j]), z)));
     }
-    RLXC_UNROLL for (int s = 0; s < S; s++)
-        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + 16 * s + 8 * h, acc[s][h]);
+    return sum;
 }
+
+/* S groups (RLXC_DEFINE_MATVEC_X16) of qsb quant bytes per block and row: per block and half,
+ * dot's 8 int32 sums, one scale FMA. */
+#define X16_GROUP(name, qsb, dot)                                                                                  \
+    RLXC_INLINE void name(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,       \
+                          const int32_t *bias, const float *dx, int n, int first) {                                \
+        __m256 acc[RLXC_X16_STREAMS][2];                                                                           \
+        RLXC_UNROLL for (int s = 0; s < S; s++) for (int h = 0; h < 2; h++)                                        \
+            acc[s][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 16 * s + 8 * h);                         \
+        for (int b = 0; b < n; b++) {                                                                              \
+            const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;                                               \
+            const __m256 dxb = _mm256_set1_ps(dx[b]);                                                              \
+            RLXC_UNROLL for (int s = 0; s < S; s++) {                                                              \
+                const uint8_t *qs = rlxc_x16_quants(grp + s * gb, qsb, b0 + b);                                    \
+                const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, qsb, b0 + b);                                   \
+                RLXC_UNROLL for (int h = 0; h < 2; h++) {                                                          \
+                    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(d + 8 * h)));              \
+                    acc[s][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot(qs, q, bias[b], h)), _mm256_mul_ps(dw, dxb),\
+                                                acc[s][h]);                                                        \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        RLXC_UNROLL for (int s = 0; s < S; s++) for (int h = 0; h < 2; h++)                                        \
+            _mm256_storeu_ps(y + 16 * s + 8 * h, acc[s][h]);                                                       \
+    }
+X16_GROUP(x16_group_q4_0, 16, x16_dot_q4_0)
+X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0)
 
 RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx2, x16_group_q4_0, 16, 8)
 RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx2, x16_group_q8_0, 32, 0)

@@ -105,55 +105,52 @@ RLXC_DEFINE_MATVEC(rlxc_matvec_q8_0_avx512, rlxc_matmul_q8_0_pairs_avx512)
 
 /* Decode on 16-row groups (rlxc_pack_x16), one row per 32-bit lane. Q4_0: per block 4 loads, 8
  * vpdpbusd (low nibbles with activation group g, high nibbles with group 4 + g, two chains) and
- * one scale FMA for all 16 rows: ~30 ops where the one-row kernel above needs ~80. */
-RLXC_INLINE void x16_group_q4_0(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+ * one scale FMA for all 16 rows: ~30 ops where the one-row kernel above needs ~80. Returns the
+ * block's 16 int32 sums. */
+RLXC_INLINE __m512i x16_dot_q4_0(const uint8_t *qs, const unaligned_i32 *q, int32_t bias) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[RLXC_X16_STREAMS];
-    RLXC_UNROLL for (int s = 0; s < S; s++) acc[s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + 16 * s);
-    for (int b = 0; b < n; b++) {
-        const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
-        const __m512 xd = _mm512_set1_ps(dx[b]);
-        RLXC_UNROLL for (int s = 0; s < S; s++) {
-            const uint8_t *qs = rlxc_x16_quants(grp + s * gb, 16, b0 + b);
-            const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, 16, b0 + b);
-            __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
-            RLXC_UNROLL for (int j = 0; j < 4; j++) {
-                const __m512i z = _mm512_loadu_si512(qs + 64 * j);
-                lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(z, m4), _mm512_set1_epi32(q[j]));
-                hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4), _mm512_set1_epi32(q[4 + j]));
-            }
-            const __m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)), xd);
-            acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), sc, acc[s]);
-        }
+    __m512i lo = _mm512_set1_epi32(bias), hi = _mm512_setzero_si512();
+    RLXC_UNROLL for (int j = 0; j < 4; j++) {
+        const __m512i z = _mm512_loadu_si512(qs + 64 * j);
+        lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(z, m4), _mm512_set1_epi32(q[j]));
+        hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(_mm512_srli_epi16(z, 4), m4), _mm512_set1_epi32(q[4 + j]));
     }
-    RLXC_UNROLL for (int s = 0; s < S; s++) _mm512_storeu_ps(y + 16 * s, acc[s]);
+    return _mm512_add_epi32(lo, hi);
 }
 
 /* Q8_0: quants made unsigned by flipping the sign bit (w + 128), 8 vpdpbusd per block. */
-RLXC_INLINE void x16_group_q8_0(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,
-                                const int32_t *bias, const float *dx, int n, int first) {
+RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int32_t bias) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512 acc[RLXC_X16_STREAMS];
-    RLXC_UNROLL for (int s = 0; s < S; s++) acc[s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + 16 * s);
-    for (int b = 0; b < n; b++) {
-        const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;
-        const __m512 xd = _mm512_set1_ps(dx[b]);
-        RLXC_UNROLL for (int s = 0; s < S; s++) {
-            const uint8_t *qs = rlxc_x16_quants(grp + s * gb, 32, b0 + b);
-            const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, 32, b0 + b);
-            __m512i lo = _mm512_set1_epi32(bias[b]), hi = _mm512_setzero_si512();
-            RLXC_UNROLL for (int j = 0; j < 4; j++) {
-                lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(_mm512_loadu_si512(qs + 128 * j), flip), _mm512_set1_epi32(q[2 * j]));
-                hi = _mm512_dpbusd_epi32(hi, _mm512_xor_si512(_mm512_loadu_si512(qs + 128 * j + 64), flip),
-                                         _mm512_set1_epi32(q[2 * j + 1]));
-            }
-            const __m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)), xd);
-            acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), sc, acc[s]);
-        }
+    __m512i lo = _mm512_set1_epi32(bias), hi = _mm512_setzero_si512();
+    RLXC_UNROLL for (int j = 0; j < 4; j++) {
+        lo = _mm512_dpbusd_epi32(lo, _mm512_xor_si512(_mm512_loadu_si512(qs + 128 * j), flip), _mm512_set1_epi32(q[2 * j]));
+        hi = _mm512_dpbusd_epi32(hi, _mm512_xor_si512(_mm512_loadu_si512(qs + 128 * j + 64), flip),
+                                 _mm512_set1_epi32(q[2 * j + 1]));
     }
-    RLXC_UNROLL for (int s = 0; s < S; s++) _mm512_storeu_ps(y + 16 * s, acc[s]);
+    return _mm512_add_epi32(lo, hi);
 }
+
+/* S groups (RLXC_DEFINE_MATVEC_X16) of qsb quant bytes per block and row: per block, dot's 16
+ * int32 sums, one scale FMA. */
+#define X16_GROUP(name, qsb, dot)                                                                                   \
+    RLXC_INLINE void name(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,        \
+                          const int32_t *bias, const float *dx, int n, int first) {                                 \
+        __m512 acc[RLXC_X16_STREAMS];                                                                               \
+        RLXC_UNROLL for (int s = 0; s < S; s++) acc[s] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + 16 * s); \
+        for (int b = 0; b < n; b++) {                                                                               \
+            const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;                                                \
+            const __m512 xd = _mm512_set1_ps(dx[b]);                                                                \
+            RLXC_UNROLL for (int s = 0; s < S; s++) {                                                               \
+                const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, qsb, b0 + b);                                    \
+                const __m512i sum = dot(rlxc_x16_quants(grp + s * gb, qsb, b0 + b), q, bias[b]);                    \
+                const __m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)), xd);       \
+                acc[s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, acc[s]);                                      \
+            }                                                                                                       \
+        }                                                                                                           \
+        RLXC_UNROLL for (int s = 0; s < S; s++) _mm512_storeu_ps(y + 16 * s, acc[s]);                               \
+    }
+X16_GROUP(x16_group_q4_0, 16, x16_dot_q4_0)
+X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0)
 
 RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx512, x16_group_q4_0, 16, 8)
 RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx512, x16_group_q8_0, 32, 128)
