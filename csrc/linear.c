@@ -256,8 +256,9 @@ static void linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias,
 /* Chunks per thread of a stage's rows: one token's products read weights only, and a thread the
  * machine slows (a busy core, a noisy neighbour) should take fewer of them (16-core Xeon, random
  * Llama Q4_0, 16 threads, 4 rounds: tg 144 tok/s static, 145 with 4 chunks, 154 with 8); a
- * prefill's tiles are even work, split once (4 chunks: no change beyond noise). Chunks are multiples of 16 rows so that the 16-row SIMD tiles stay whole
- * (the AVX-512 GEMMs' 32- and 48-row tiles may end in a partial one per chunk). */
+ * prefill's tiles are even work, split once (4 chunks: no change beyond noise). Chunks are
+ * multiples of 16 rows so that the 16-row SIMD tiles stay whole (the AVX-512 GEMMs' 32- and
+ * 48-row tiles may end in a partial one per chunk). */
 static int chunks_per_thread(int T) {
     static int decode = -1, prefill = -1; /* RLXC_CHUNKS / RLXC_CHUNKS_PP: 1 = a static split */
     if (__atomic_load_n(&decode, __ATOMIC_ACQUIRE) < 0) {

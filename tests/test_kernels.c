@@ -370,7 +370,7 @@ static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, 
 }
 
 static void test_x16(result *r, const rlxc_kernels *k, int kind) {
-    static const int Gs[] = {1, 2, 3, 5}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
+    static const int Gs[] = {1, 2, 3, 5, 9}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
     const rlxc_wtype_kernels *kw = &k->wt[wkinds[kind].type];
     r->name = kind == W_Q4_0 ? "matvec/matmul_q4_0x16" : kind == W_Q8_0 ? "matvec/matmul_q8_0x16" : "matvec/matmul_q4_kx16";
     if (!kw->matvec_x16) return;
