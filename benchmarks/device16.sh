@@ -13,9 +13,12 @@
 # 0,50,300; 50 is rlxc's default), taking turns; last (unless BUSY=0), the same on 2 cores with one
 # kept busy. TYPE=Q4_K_M (any llama-quantize type) also builds llama-quantize and first
 # requantizes the Llama to that type (the same file for both engines). MODEL=qwen3moe measures
-# benchmarks/vs_llama_bench.py's random Qwen3-MoE (30B-A3B layer shape, Q8_0) instead.
-D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
-lscpu | grep -E "Model name|^CPU\(s\)|L3"
+# benchmarks/vs_llama_bench.py's random Qwen3-MoE (30B-A3B layer shape, Q8_0) instead; MODEL=gemma3
+# Gemma 3 270M Q4_K_M grown from DIR/gemma3.skel.npz (benchmarks/gguf_skeleton.py: the real file's
+# layout and types, its first blocks of each tensor repeated; made with `python
+# benchmarks/gguf_skeleton.py shrink GEMMA3.gguf DIR/gemma3.skel.npz`).
+HERE=$(cd "$(dirname "$0")" && pwd); D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
+lscpu | grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|L2|L3"
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
 I=/tmp/sleef/usr/include/x86_64-linux-gnu; L=/tmp/sleef/usr/lib/x86_64-linux-gnu
 export C_INCLUDE_PATH=$I LIBRARY_PATH=$L LD_LIBRARY_PATH=$L CFLAGS=-I$I LDFLAGS=-L$L
@@ -27,7 +30,9 @@ for v in rlxc; do
   mkdir -p $W/$v && tar xzf $D/$v.tgz -C $W/$v
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail -20 $W/pip_$v.log; exit 1; }
 done
-if [ "${MODEL:-llama}" = qwen3moe ]; then
+if [ "${MODEL:-llama}" = gemma3 ]; then
+python3 $HERE/gguf_skeleton.py expand $D/gemma3.skel.npz $W/m.gguf || exit 1
+elif [ "${MODEL:-llama}" = qwen3moe ]; then
 PYTHONPATH=$W/pkg_rlxc python3 -c "
 import sys, shutil; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v
 shutil.move(v.random_moe_gguf($LAYERS), '$W/m.gguf')" || exit 1
