@@ -23,18 +23,18 @@ def shrink(src: str, dst: str, keep: int) -> None:
     import gguf
 
     reader = gguf.GGUFReader(src)
-    arrays: dict[str, np.ndarray] = {"header": np.fromfile(src, np.uint8, count=reader.data_offset)}
-    index = []
     raw = np.memmap(src, np.uint8, mode="r")
+    arrays: dict[str, np.ndarray] = {"header": np.array(raw[:reader.data_offset])}
+    index = []
     for i, t in enumerate(reader.tensors):
         block_bytes = gguf.GGML_QUANT_SIZES[t.tensor_type][1]
         n = min(int(t.n_bytes), max(keep // block_bytes, 1) * block_bytes)
         arrays[f"t{i}"] = np.array(raw[t.data_offset:t.data_offset + n])
         index.append((t.data_offset, t.n_bytes))
     arrays["index"] = np.array(index, np.int64)
-    arrays["size"] = np.array([os.path.getsize(src)], np.int64)
+    arrays["size"] = np.array([raw.size], np.int64)
     np.savez_compressed(dst, **arrays)
-    print(f"{dst}: {os.path.getsize(dst) / 2**20:.1f} MiB for {os.path.getsize(src) / 2**20:.1f} MiB, "
+    print(f"{dst}: {os.path.getsize(dst) / 2**20:.1f} MiB for {raw.size / 2**20:.1f} MiB, "
           f"{len(index)} tensors")
 
 
