@@ -76,6 +76,7 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
         in->n_fmt++;
     }
     /* Blocks are quantized independently, so a token's row may be cut between threads. */
+    const rlxc_time was = rlxc_team_time(tm, RLXC_TIME_QUANTIZE);
     for (int f = 0; f < in->n_fmt; f++) {
         const size_t nb = (size_t)K / in->x_block[f];
         size_t a = 0, b = nb;
@@ -88,6 +89,7 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
         }
     }
     if (in->n_fmt && !own) rlxc_team_sync(tm);
+    rlxc_team_time(tm, was);
 }
 
 /* The activations w's products take: its quantized slot, or the float rows. */

@@ -134,6 +134,7 @@ static void model_team(const rlxc_team *tm, void *arg) {
     const size_t stride = rlxc_pipeline_ple_stride(p);
     float *x = rlxc_pipeline_extra(p, T), *normed = x + (size_t)T * H, *ple = normed + (size_t)T * H;
     size_t t0, t1;
+    rlxc_team_time(tm, RLXC_TIME_EMBED);
     rlxc_team_share(tm, (size_t)T, 1, &t0, &t1);
     for (size_t t = t0; t < t1; t++) {
         float *xt = x + t * H;
@@ -151,6 +152,7 @@ static void model_team(const rlxc_team *tm, void *arg) {
     if (!c->rows) return;
 
     /* final norm of the rows that get logits, then the lm_head's rows split over the team */
+    rlxc_team_time(tm, RLXC_TIME_LM_HEAD);
     const float *last = x + (size_t)c->first * H;
     rlxc_team_share(tm, (size_t)c->rows, 1, &t0, &t1);
     if (c->rows == 1 && c->first != 0) rlxc_team_sync(tm); /* x's last row is another thread's */

@@ -632,11 +632,13 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_team_share(tm, (size_t)T, 1, &t0, &t1); /* this thread's tokens in the per-token stages */
 
     /* attention block: input norm and the RoPE frequencies, then Q/K/V and the angles */
+    rlxc_team_time(tm, RLXC_TIME_NORM);
     for (size_t t = t0; t < t1; t++) steer(x + t * H, &w[RLXC_W_STEER_PRE], l->steer_scale, H);
     rlxc_tap(p, tm, li, RLXC_STAGE_RESID_PRE, x, T, pos0, H);
     for (size_t t = t0; t < t1; t++)
         norm_row(l, b.xa + t * H, x + t * H, H, &w[RLXC_W_ATTN_NORM], l->input_norm_bias ? &w[RLXC_W_ATTN_NORM_B] : NULL);
     rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_IN, b.xa, T, pos0, H);
+    rlxc_team_time(tm, RLXC_TIME_HEADS);
     rlxc_team_share(tm, (size_t)np, 1, &a, &e);
     for (size_t k = a; k < e; k++) b.inv[k] = rope_inv_freq(l, (int)k);
     rlxc_team_sync(tm);
@@ -647,8 +649,10 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_product qkv[3] = {{b.q, &w[RLXC_W_Q], qb ? &w[RLXC_W_Q_B] : NULL},
                            {b.k, &w[RLXC_W_K], qb ? &w[RLXC_W_K_B] : NULL},
                            {b.v, &w[RLXC_W_V], qb ? &w[RLXC_W_V_B] : NULL}};
+    rlxc_team_time(tm, RLXC_TIME_QKV);
     rlxc_products(p, tm, b.xa, T, H, qkv, own ? (l->v_from_k ? 2 : 3) : 1);
     rlxc_team_sync(tm);
+    rlxc_team_time(tm, RLXC_TIME_HEADS);
     qkv_heads(p, tm, li, &b, T, pos0);
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, li, RLXC_STAGE_Q, b.q, T, pos0, Q);
@@ -660,12 +664,15 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
             rlxc_team_sync(tm);
         }
     }
+    rlxc_team_time(tm, RLXC_TIME_ATTENTION);
     attention(p, tm, li, &b, T, pos0);
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_Z, b.att, T, pos0, Q);
+    rlxc_team_time(tm, RLXC_TIME_O);
     rlxc_products(p, tm, b.att, T, (int)Q, &(rlxc_product){b.o, &w[RLXC_W_O], l->o_bias ? &w[RLXC_W_O_B] : NULL}, 1);
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_OUT, b.o, T, pos0, H);
+    rlxc_team_time(tm, RLXC_TIME_NORM);
     for (size_t t = t0; t < t1; t++) {
         float *o = b.o + t * H, *xt = x + t * H;
         if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_ATTN_POST_NORM], NULL);
@@ -687,16 +694,20 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
                                       ub ? &w[gated ? RLXC_W_GATE_B : RLXC_W_UP_B] : NULL},
                                      {b.f2, &w[RLXC_W_UP], ub ? &w[RLXC_W_UP_B] : NULL}};
         rlxc_ffn_act act = {l, b.f1, gated ? b.f2 : NULL, w[RLXC_W_NEURON_SCALE].data, NULL, 0, I, T};
+        rlxc_team_time(tm, RLXC_TIME_FFN_UP);
         rlxc_products_alike(p, tm, b.xa, T, H, ffn, gated ? 2 : 1, rlxc_ffn_activate, &act);
         rlxc_team_sync(tm);
         rlxc_tap(p, tm, li, RLXC_STAGE_MLP_ACT, b.f1, T, pos0, I);
+        rlxc_team_time(tm, RLXC_TIME_FFN_DOWN);
         rlxc_products(p, tm, b.f1, T, (int)I,
                       &(rlxc_product){b.o, &w[RLXC_W_DOWN], l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL}, 1);
     }
+    if (l->num_experts) rlxc_team_time(tm, RLXC_TIME_EXPERTS);
     float *moe_out = l->num_experts ? rlxc_moe(p, tm, li, x, b.xa, T) : NULL;
     rlxc_team_sync(tm);
     if (moe_out) mix_experts(l, &b, moe_out, t0, t1);
     rlxc_tap(p, tm, li, RLXC_STAGE_MLP_OUT, b.o, T, pos0, H);
+    rlxc_team_time(tm, RLXC_TIME_NORM);
     for (size_t t = t0; t < t1; t++) {
         float *o = b.o + t * H;
         if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_FFN_POST_NORM], NULL);
@@ -707,6 +718,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     if (l->ple_dim > 0) {
         const int P = l->ple_dim;
         rlxc_team_sync(tm);
+        rlxc_team_time(tm, RLXC_TIME_PLE);
         rlxc_ffn_act act = {l, b.f1, NULL, NULL, ple, ple_stride, (size_t)P, T};
         rlxc_products_alike(p, tm, x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, rlxc_ffn_activate, &act);
         rlxc_team_sync(tm);
@@ -717,6 +729,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
             kn->rmsnorm(o, o, w[RLXC_W_PLE_NORM].data, l->norm_offset, l->eps, H);
             kn->add(x + t * H, o, H);
         }
+        rlxc_team_time(tm, RLXC_TIME_NORM);
     }
     for (size_t t = t0; t < t1; t++) {
         if (l->layer_scalar != 1.0f) kn->scale(x + t * H, l->layer_scalar, H);

@@ -202,6 +202,40 @@ int rlxc_threads_usable(int requested);
 /* OMP_NUM_THREADS if set, else the physical cores this process may use (1 in a forked child). */
 int rlxc_threads_default(void);
 
+/* Where a forward's time goes. Between rlxc_profile_start and rlxc_profile_stop every team run
+ * (a prefill, a decoded token, an rlxc_linear) charges each thread's time to the stage it is in,
+ * from one stage's start to the next, and its waits at the team's barriers to RLXC_TIME_WAIT: a
+ * stage whose work is split unevenly, or a thread the machine slows, shows there. The counters
+ * are the process's: time one call, or calls of one model, at a time. */
+typedef enum {
+    RLXC_TIME_OTHER,     /* outside the stages below (an rlxc_linear of its own) */
+    RLXC_TIME_EMBED,     /* embedding rows, Gemma 4's per-layer inputs */
+    RLXC_TIME_NORM,      /* norms, residual adds, steering */
+    RLXC_TIME_QUANTIZE,  /* activations into 8-bit blocks for the products */
+    RLXC_TIME_QKV,       /* q, k, v products */
+    RLXC_TIME_HEADS,     /* RoPE angles, q/k norms, RoPE, K/V into the cache */
+    RLXC_TIME_ATTENTION, /* softmax(q k) v over the cache */
+    RLXC_TIME_O,         /* o_proj */
+    RLXC_TIME_FFN_UP,    /* gate and up products, the activation */
+    RLXC_TIME_FFN_DOWN,  /* down product */
+    RLXC_TIME_EXPERTS,   /* router, routed experts, their mix */
+    RLXC_TIME_PLE,       /* Gemma 4's per-layer input block */
+    RLXC_TIME_LM_HEAD,   /* final norm, lm_head, softcap */
+    RLXC_TIME_TAPS,      /* hooks and collected stages */
+    RLXC_TIME_WAIT,      /* at a barrier, for the team's slowest thread */
+    RLXC_TIMES
+} rlxc_time;
+
+#define RLXC_PROFILE_THREADS 256 /* threads of a team timed (index < this) */
+
+const char *rlxc_time_name(rlxc_time t); /* "qkv", ...; "?" if unknown */
+/* Zero the counters and time every team run from now on; -1 if a profile already runs. */
+int rlxc_profile_start(void);
+/* Stop timing: ns[t * RLXC_TIMES + s] of thread t < max_threads in stage s, *wall_ns the team
+ * runs' time as their callers saw it (fork and join included), *runs their count. Returns the
+ * largest team seen (the rows of ns filled, at most max_threads), -1 if no profile ran. */
+int rlxc_profile_stop(uint64_t *ns, int max_threads, uint64_t *wall_ns, uint64_t *runs);
+
 /* Pipeline: a stack of layers (borrowed, not copied: edits to a layer between calls take
  * effect) with a per-layer KV cache sized by each layer's own num_kv_heads * head_dim. */
 typedef struct rlxc_pipeline rlxc_pipeline;

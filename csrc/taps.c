@@ -60,12 +60,14 @@ int rlxc_tapped(const rlxc_pipeline *p, int li, rlxc_stage s) {
 int rlxc_tap(rlxc_pipeline *p, const rlxc_team *tm, int li, rlxc_stage s, float *data, int T, int pos0, size_t width) {
     if (!rlxc_tapped(p, li, s)) return 0;
     rlxc_team_sync(tm);
+    const rlxc_time was = rlxc_team_time(tm, RLXC_TIME_TAPS);
     if (tm->ith == 0 && !p->tap_failed && p->tap_fn(p->tap_ctx, li, s, data, T, pos0, (int)width)) {
         p->tap_failed = 1;
         p->tap_failed_layer = li;
         p->tap_failed_stage = s;
     }
     rlxc_team_sync(tm);
+    rlxc_team_time(tm, was);
     return 1;
 }
 

@@ -7,6 +7,9 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "rlxc.h"
 
 /* The team's barrier (threads.c): a waiting thread spins for a while, then sleeps on a futex. */
 typedef struct {
@@ -26,15 +29,35 @@ typedef struct {
 
 #define RLXC_NO_TICKET ((size_t)-1)
 
+/* A thread's clock while a profile runs (rlxc_profile_start): the time since `last` belongs to
+ * stage `what`; ns: this thread's RLXC_TIMES counters. */
+typedef struct {
+    uint64_t last;
+    rlxc_time what;
+    _Atomic uint64_t *ns;
+} rlxc_clock;
+
 typedef struct {
     int ith, nth; /* this thread's index, the team's size */
     rlxc_barrier *bar;
     rlxc_tickets *own;
+    rlxc_clock *clk; /* NULL: no profile runs */
 } rlxc_team;
+
+/* Charges the time since the last switch to the stage it was in; returns that stage. */
+rlxc_time rlxc_clock_switch(rlxc_clock *c, rlxc_time what);
+
+/* This thread's time goes to `what` from here on; returns the stage it went to before. */
+static inline rlxc_time rlxc_team_time(const rlxc_team *tm, rlxc_time what) {
+    return tm->clk ? rlxc_clock_switch(tm->clk, what) : what;
+}
 
 /* Every thread of the team waits here until all have arrived. */
 static inline void rlxc_team_sync(const rlxc_team *tm) {
-    if (tm->nth > 1) rlxc_barrier_wait(tm->bar);
+    if (tm->nth <= 1) return;
+    const rlxc_time was = rlxc_team_time(tm, RLXC_TIME_WAIT);
+    rlxc_barrier_wait(tm->bar);
+    rlxc_team_time(tm, was);
 }
 
 /* This thread's contiguous share [*a, *b) of n items, cut at multiples of `align`. */

@@ -123,23 +123,82 @@ void rlxc_barrier_wait(rlxc_barrier *b) {
     atomic_fetch_sub(&b->sleepers, 1);
 }
 
-void rlxc_team_run(int n_threads, void (*fn)(const rlxc_team *tm, void *arg), void *arg) {
-    const int nth = rlxc_threads_usable(n_threads);
-    if (nth == 1) {
-        fn(&(rlxc_team){0, 1, NULL, NULL}, arg);
+/* The profile's counters (rlxc_profile_start): per thread and stage, and the runs' own. */
+static _Atomic uint64_t prof_ns[RLXC_PROFILE_THREADS][RLXC_TIMES], prof_wall, prof_runs;
+static _Atomic int prof_on, prof_threads;
+
+static const char *const time_names[RLXC_TIMES] = {
+    "other", "embed", "norm", "quantize", "qkv", "heads", "attention", "o_proj",
+    "ffn_up", "ffn_down", "experts", "ple", "lm_head", "taps", "wait"};
+
+const char *rlxc_time_name(rlxc_time t) { return (unsigned)t < RLXC_TIMES ? time_names[t] : "?"; }
+
+int rlxc_profile_start(void) {
+    if (atomic_load(&prof_on)) return -1;
+    for (int t = 0; t < RLXC_PROFILE_THREADS; t++)
+        for (int s = 0; s < RLXC_TIMES; s++) atomic_store_explicit(&prof_ns[t][s], 0, memory_order_relaxed);
+    atomic_store(&prof_wall, 0);
+    atomic_store(&prof_runs, 0);
+    atomic_store(&prof_threads, 0);
+    atomic_store(&prof_on, 1);
+    return 0;
+}
+
+int rlxc_profile_stop(uint64_t *ns, int max_threads, uint64_t *wall_ns, uint64_t *runs) {
+    if (!atomic_exchange(&prof_on, 0)) return -1;
+    int n = atomic_load(&prof_threads);
+    n = n < max_threads ? n : max_threads;
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < RLXC_TIMES; s++) ns[t * RLXC_TIMES + s] = atomic_load_explicit(&prof_ns[t][s], memory_order_relaxed);
+    *wall_ns = atomic_load(&prof_wall);
+    *runs = atomic_load(&prof_runs);
+    return n;
+}
+
+rlxc_time rlxc_clock_switch(rlxc_clock *c, rlxc_time what) {
+    const uint64_t t = now_ns();
+    const rlxc_time was = c->what;
+    atomic_fetch_add_explicit(&c->ns[was], t - c->last, memory_order_relaxed);
+    c->last = t, c->what = what;
+    return was;
+}
+
+/* fn on one thread of the team, on a clock while a profile runs. */
+static void run_timed(const rlxc_team *tm, void (*fn)(const rlxc_team *tm, void *arg), void *arg, int timed) {
+    if (!timed || tm->ith >= RLXC_PROFILE_THREADS) {
+        fn(tm, arg);
         return;
     }
-    rlxc_barrier bar = {0};
-#pragma omp parallel num_threads(nth)
-    {
-        rlxc_tickets own = {0, RLXC_NO_TICKET};
-#ifdef _OPENMP
-        const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads(), &bar, &own};
-#else
-        const rlxc_team tm = {0, 1, &bar, &own};
-#endif
-        /* every thread stores the same size (OpenMP may grant fewer threads than asked) */
-        atomic_store_explicit(&bar.n, tm.nth, memory_order_relaxed);
-        fn(&tm, arg);
+    rlxc_clock clk = {now_ns(), RLXC_TIME_OTHER, prof_ns[tm->ith]};
+    rlxc_team own = *tm;
+    own.clk = &clk;
+    fn(&own, arg);
+    rlxc_clock_switch(&clk, RLXC_TIME_OTHER);
+    for (int n = atomic_load(&prof_threads); n <= tm->ith && !atomic_compare_exchange_weak(&prof_threads, &n, tm->ith + 1);) {
     }
+}
+
+void rlxc_team_run(int n_threads, void (*fn)(const rlxc_team *tm, void *arg), void *arg) {
+    const int nth = rlxc_threads_usable(n_threads), timed = atomic_load_explicit(&prof_on, memory_order_relaxed);
+    const uint64_t t0 = timed ? now_ns() : 0;
+    if (nth == 1) {
+        run_timed(&(rlxc_team){0, 1, NULL, NULL, NULL}, fn, arg, timed);
+    } else {
+        rlxc_barrier bar = {0};
+#pragma omp parallel num_threads(nth)
+        {
+            rlxc_tickets own = {0, RLXC_NO_TICKET};
+#ifdef _OPENMP
+            const rlxc_team tm = {omp_get_thread_num(), omp_get_num_threads(), &bar, &own, NULL};
+#else
+            const rlxc_team tm = {0, 1, &bar, &own, NULL};
+#endif
+            /* every thread stores the same size (OpenMP may grant fewer threads than asked) */
+            atomic_store_explicit(&bar.n, tm.nth, memory_order_relaxed);
+            run_timed(&tm, fn, arg, timed);
+        }
+    }
+    if (!timed) return;
+    atomic_fetch_add(&prof_wall, now_ns() - t0);
+    atomic_fetch_add(&prof_runs, 1);
 }

@@ -49,6 +49,39 @@ static PyObject *weight_types(PyObject *self, PyObject *noargs) {
     return list;
 }
 
+static PyObject *profile_start(PyObject *self, PyObject *noargs) {
+    if (rlxc_profile_start()) {
+        PyErr_SetString(PyExc_RuntimeError, "a profile is already running: stop it first");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* (names, ns[threads][stages] as uint64, wall ns, team runs) of the profile that ran. */
+static PyObject *profile_stop(PyObject *self, PyObject *noargs) {
+    static uint64_t ns[RLXC_PROFILE_THREADS * RLXC_TIMES];
+    uint64_t wall, runs;
+    const int n = rlxc_profile_stop(ns, RLXC_PROFILE_THREADS, &wall, &runs);
+    if (n < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "no profile is running: start one first");
+        return NULL;
+    }
+    PyObject *names = PyTuple_New(RLXC_TIMES);
+    for (int s = 0; names && s < RLXC_TIMES; s++) {
+        PyObject *name = PyUnicode_FromString(rlxc_time_name((rlxc_time)s));
+        if (!name) Py_CLEAR(names);
+        else PyTuple_SET_ITEM(names, s, name);
+    }
+    const npy_intp dims[2] = {n, RLXC_TIMES};
+    PyArrayObject *arr = names ? (PyArrayObject *)PyArray_SimpleNew(2, (npy_intp *)dims, NPY_UINT64) : NULL;
+    if (!arr) {
+        Py_XDECREF(names);
+        return NULL;
+    }
+    memcpy(PyArray_DATA(arr), ns, (size_t)n * RLXC_TIMES * sizeof(uint64_t));
+    return Py_BuildValue("(NNKK)", names, arr, (unsigned long long)wall, (unsigned long long)runs);
+}
+
 static PyObject *register_enums(PyObject *self, PyObject *args) {
     PyObject *e[ENUM_COUNT];
     if (!PyArg_ParseTuple(args, "OOOO", &e[0], &e[1], &e[2], &e[3])) return NULL;
@@ -67,6 +100,10 @@ static PyMethodDef module_methods[] = {
      "weight_types() -> list of dict: every weight type the engine knows, in a fixed order, as {'name': 'q4_0', "
      "'ggml_type': 2, 'block_size': 32 (weights per block), 'block_bytes': 18, 'runs': whether the active kernels "
      "multiply it, 'from_floats': whether Layer.set_weight quantizes floats to it}."},
+    {"profile_start", profile_start, METH_NOARGS,
+     "profile_start(): zero the engine's stage timers and time every call from now on (rlxc.profile)."},
+    {"profile_stop", profile_stop, METH_NOARGS,
+     "profile_stop() -> (stage names, uint64 ndarray [threads, stages] of ns, wall ns, calls): stop timing."},
     {"_register_enums", register_enums, METH_VARARGS, "internal: the Python enum classes for enum fields."},
     {NULL, NULL, 0, NULL},
 };

@@ -31,6 +31,7 @@ from .model import Model  # noqa: E402
 from .report import Report, compare  # noqa: E402
 from . import tokenizer  # noqa: E402
 from .loaders import load, save  # noqa: E402
+from .profiling import Profile, profile  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -52,4 +53,4 @@ def get_isa() -> str:
 
 __all__ = ["Activation", "FfnType", "Layer", "Model", "NormType", "Pipeline", "Report", "RopeLayout", "compare",
            "cpu_info", "from_hf", "get_isa", "ops", "set_isa", "__version__"]
-__all__ += ["load", "save", "tokenizer", "interp", "ActivationCache", "HookError"]
+__all__ += ["load", "save", "tokenizer", "interp", "ActivationCache", "HookError", "Profile", "profile"]
