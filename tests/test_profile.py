@@ -38,7 +38,7 @@ def test_a_prefill_times_the_stages_of_its_model(threads):
     assert DENSE <= names, DENSE - names
     assert not names & {"experts", "ple", "taps"}
     assert ("wait" in names) == (threads > 1)
-    per_thread = sum(prof.seconds.values())
+    per_thread = np.sum(list(prof.seconds.values()), axis=0)
     assert per_thread.shape == (threads,)
     assert np.all(per_thread <= prof.wall + 1e-6) and prof.wall <= outside
     assert "ffn_up" in repr(prof) and "<table>" in prof._repr_html_()

@@ -50,7 +50,8 @@ class Profile:
         out = [(name, float(s.mean()), float(s.max()), float(s.mean()) / self.wall if self.wall else 0.0)
                for name, s in self.seconds.items() if s.any()]
         if self.threads:
-            outside = max(self.wall - float(sum(self.seconds.values()).max()), 0.0)
+            busiest = float(np.sum(list(self.seconds.values()), axis=0).max())
+            outside = max(self.wall - busiest, 0.0)
             out.append(("team start and end", outside, outside, outside / self.wall if self.wall else 0.0))
         return out
 
