@@ -148,8 +148,8 @@ int rlxc_profile_stop(uint64_t *ns, int max_threads, uint64_t *wall_ns, uint64_t
     if (!atomic_exchange(&prof_on, 0)) return -1;
     int n = atomic_load(&prof_threads);
     n = n < max_threads ? n : max_threads;
-    for (int t = 0; t < n; t++)
-        for (int s = 0; s < RLXC_TIMES; s++) ns[t * RLXC_TIMES + s] = atomic_load_explicit(&prof_ns[t][s], memory_order_relaxed);
+    for (size_t t = 0; t < (size_t)n; t++)
+        for (size_t s = 0; s < RLXC_TIMES; s++) ns[t * RLXC_TIMES + s] = atomic_load_explicit(&prof_ns[t][s], memory_order_relaxed);
     *wall_ns = atomic_load(&prof_wall);
     *runs = atomic_load(&prof_runs);
     return n;
