@@ -16,7 +16,8 @@
 # benchmarks/vs_llama_bench.py's random Qwen3-MoE (30B-A3B layer shape, Q8_0) instead; MODEL=gemma3
 # Gemma 3 270M Q4_K_M grown from DIR/gemma3.skel.npz (benchmarks/gguf_skeleton.py: the real file's
 # layout and types, its first blocks of each tensor repeated; made with `python
-# benchmarks/gguf_skeleton.py shrink GEMMA3.gguf DIR/gemma3.skel.npz`).
+# benchmarks/gguf_skeleton.py shrink GEMMA3.gguf DIR/gemma3.skel.npz`). PROFILE=1 first prints
+# benchmarks/profile_stages.py's stage tables at each thread count.
 HERE=$(cd "$(dirname "$0")" && pwd); D=$(cd "$1" && pwd); T=${2:-1,2,4,8,16}; ROUNDS=${3:-2}; LAYERS=${4:-4}; W=/tmp/w; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|L2|L3"
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -72,6 +73,7 @@ def ftg():
 fpp(); ftg()
 print(f"pp {statistics.median(fpp() for _ in range(2)):.2f} tg {statistics.median(ftg() for _ in range(3)):.2f}", flush=True)
 PY
+[ "${PROFILE:-0}" = 1 ] && PYTHONPATH=$W/pkg_rlxc python3 $HERE/profile_stages.py $W/m.gguf --threads ${T//,/ }
 SPINS=${SPINS:-0,50,300}
 rlxc_runs() { # threads pp tg [taskset prefix...]: "spin<us>us pp .. tg .." for each spin setting
   local t=$1 pp=$2 tg=$3; shift 3
