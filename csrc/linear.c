@@ -255,18 +255,20 @@ static void linear_rows(float *y, const rlxc_weight *w, const rlxc_weight *bias,
             rlxc_kernels_active()->add(y + (size_t)t * N + r0, (const float *)bias->data + r0, n);
 }
 
-/* Chunks per thread of a stage's rows: one token's products read weights only, and a thread the
- * machine slows (a busy core, a noisy neighbour) should take fewer of them (16-core Xeon, random
- * Llama Q4_0, 16 threads, 4 rounds: tg 144 tok/s static, 145 with 4 chunks, 154 with 8); a
- * prefill's tiles are even work, split once (4 chunks: no change beyond noise). Chunks are
- * multiples of 16 rows so that the 16-row SIMD tiles stay whole (the AVX-512 GEMMs' 32- and
- * 48-row tiles may end in a partial one per chunk). */
+/* Chunks per thread of a stage's rows (team.h): one token's products read weights only, and a
+ * thread the machine slows (a busy core, a noisy neighbour) should take fewer of them (16-core
+ * Xeon, random Llama Q4_0, 16 threads, 4 rounds: tg 144 tok/s static, 145 with 4 even chunks,
+ * 154 with 8); guided chunks, large first and small last, also shorten the wait at the barrier
+ * after the stage. A prefill's tiles are even work, split once (4 chunks: no change beyond
+ * noise). Chunks are multiples of 16 rows so that the 16-row SIMD tiles stay whole (the AVX-512
+ * GEMMs' 32- and 48-row tiles may end in a partial one per chunk). */
 static int chunks_per_thread(int T) {
-    static int decode = -1, prefill = -1; /* RLXC_CHUNKS / RLXC_CHUNKS_PP: 1 = a static split */
-    if (__atomic_load_n(&decode, __ATOMIC_ACQUIRE) < 0) {
+    /* RLXC_CHUNKS / RLXC_CHUNKS_PP: 0 = guided, 1 = a static split, c = c even chunks */
+    static int decode = -2, prefill = -2;
+    if (__atomic_load_n(&decode, __ATOMIC_ACQUIRE) < -1) {
         const char *d = getenv("RLXC_CHUNKS"), *pp = getenv("RLXC_CHUNKS_PP");
-        __atomic_store_n(&prefill, pp && atoi(pp) > 0 ? atoi(pp) : 1, __ATOMIC_RELAXED);
-        __atomic_store_n(&decode, d && atoi(d) > 0 ? atoi(d) : 8, __ATOMIC_RELEASE);
+        __atomic_store_n(&prefill, pp && atoi(pp) >= 0 ? atoi(pp) : 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&decode, d && atoi(d) >= 0 ? atoi(d) : RLXC_CHUNKS_GUIDED, __ATOMIC_RELEASE);
     }
     return __atomic_load_n(T == 1 ? &decode : &prefill, __ATOMIC_RELAXED);
 }

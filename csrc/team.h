@@ -68,21 +68,56 @@ static inline void rlxc_team_share(const rlxc_team *tm, size_t n, size_t align, 
 }
 
 /* A loop over n items cut into chunks at multiples of `align`, which the team's threads take
- * one at a time as they get to them (with chunks_per_thread > 1), so that a thread slowed by
- * the machine takes fewer. Every thread of the team must begin the same loops in the same order
- * (as it walks the same stages); no barrier is needed before or after one beyond what the data
- * needs. chunks_per_thread = 1 gives each thread its rlxc_team_share, as a static split. */
+ * one at a time as they get to them, so that a thread slowed by the machine takes fewer. Every
+ * thread of the team must begin the same loops in the same order (as it walks the same stages);
+ * no barrier is needed before or after one beyond what the data needs. chunks_per_thread:
+ *   1                   each thread its rlxc_team_share, a static split;
+ *   c > 1               c even chunks per thread;
+ *   RLXC_CHUNKS_GUIDED  chunks halving in size, a round of nth chunks at each size, from n / 2nth
+ *                       down to `align`: few tickets, and the last chunks, which decide how long
+ *                       the others wait at the next barrier, small. */
+#define RLXC_CHUNKS_GUIDED 0
+
 typedef struct {
-    size_t n, align, chunk, base, chunks;
+    size_t n, align, chunk, base, chunks, nth;
+    int guided;
     int done; /* the static split's one share was handed out */
 } rlxc_team_loop;
 
+/* Size of the chunks of round `level` of a guided loop. */
+static inline size_t rlxc_guided_size(const rlxc_team_loop *lp, int level) {
+    const size_t want = (lp->n + (lp->nth << (level + 1)) - 1) / (lp->nth << (level + 1));
+    const size_t s = (want + lp->align - 1) / lp->align * lp->align;
+    return s > lp->align ? s : lp->align;
+}
+
+/* Chunk i of a loop: [*a, *b). */
+static inline void rlxc_team_chunk(const rlxc_team_loop *lp, size_t i, size_t *a, size_t *b) {
+    size_t first = 0, size = lp->chunk;
+    if (lp->guided) /* whole rounds before chunk i, then its place in its round */
+        for (int level = 0;; level++) {
+            size = rlxc_guided_size(lp, level);
+            if (i < lp->nth || size == lp->align) break;
+            first += lp->nth * size, i -= lp->nth;
+        }
+    *a = first + i * size;
+    *b = lp->n - *a > size ? *a + size : lp->n;
+}
+
 static inline rlxc_team_loop rlxc_team_loop_begin(const rlxc_team *tm, size_t n, size_t align, int chunks_per_thread) {
-    rlxc_team_loop lp = {n, align, 0, 0, 0, 0};
-    if (tm->nth == 1 || chunks_per_thread <= 1) return lp;
-    const size_t want = (n + (size_t)tm->nth * chunks_per_thread - 1) / ((size_t)tm->nth * chunks_per_thread);
-    lp.chunk = (want + align - 1) / align * align;
-    lp.chunks = lp.chunk ? (n + lp.chunk - 1) / lp.chunk : 0;
+    rlxc_team_loop lp = {n, align, 0, 0, 0, (size_t)tm->nth, 0, 0};
+    if (tm->nth == 1 || chunks_per_thread == 1 || !n) return lp;
+    if (chunks_per_thread == RLXC_CHUNKS_GUIDED) {
+        lp.guided = 1, lp.chunk = align;
+        size_t first = 0, size;
+        for (int level = 0; (size = rlxc_guided_size(&lp, level)) > align && first + lp.nth * size < n; level++)
+            first += lp.nth * size, lp.chunks += lp.nth;
+        lp.chunks += (n - first + size - 1) / size;
+    } else {
+        const size_t want = (n + (size_t)tm->nth * chunks_per_thread - 1) / ((size_t)tm->nth * chunks_per_thread);
+        lp.chunk = (want + align - 1) / align * align;
+        lp.chunks = (n + lp.chunk - 1) / lp.chunk;
+    }
     lp.base = tm->own->base;
     tm->own->base += lp.chunks;
     return lp;
@@ -103,8 +138,7 @@ static inline int rlxc_team_next(const rlxc_team *tm, rlxc_team_loop *lp, size_t
         return 0;
     }
     tm->own->held = RLXC_NO_TICKET;
-    *a = (t - lp->base) * lp->chunk;
-    *b = lp->n - *a > lp->chunk ? *a + lp->chunk : lp->n;
+    rlxc_team_chunk(lp, t - lp->base, a, b);
     return 1;
 }
 

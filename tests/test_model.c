@@ -418,7 +418,7 @@ static void test_team_loops(void) {
     static const int threads[] = {1, 2, 3, 7};
     int ok = 1;
     for (size_t i = 0; i < sizeof threads / sizeof *threads && threads[i] <= max_threads; i++)
-        for (int per = 1; per <= 8; per *= 2) {
+        for (int per = RLXC_CHUNKS_GUIDED; per <= 8; per = per ? 2 * per : 1) {
             static loops_arg a;
             memset(&a, 0, sizeof a);
             a.chunks_per_thread = per;
@@ -426,7 +426,7 @@ static void test_team_loops(void) {
             for (int j = 0; j < LOOP_ITEMS; j++) ok &= a.hits[j] == 1;
             ok &= !a.misaligned;
         }
-    check(ok, "team", "chunked loops give every item once, chunks aligned (1-7 threads, 1-8 chunks each)");
+    check(ok, "team", "chunked loops give every item once, chunks aligned (1-7 threads, guided and 1-8 chunks each)");
 }
 
 int main(int argc, char **argv) {
