@@ -641,7 +641,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_team_time(tm, RLXC_TIME_HEADS);
     rlxc_team_share(tm, (size_t)np, 1, &a, &e);
     for (size_t k = a; k < e; k++) b.inv[k] = rope_inv_freq(l, (int)k);
-    rlxc_team_sync(tm);
+    rlxc_team_sync(tm); /* the frequencies, and the normed rows for the products below */
     rlxc_team_share(tm, (size_t)T * np, 1, &a, &e);
     for (size_t it = a; it < e; it++)
         rope_angle(l, b.inv[it % np], rlxc_pos_of(p, pos0, (int)(it / np)), b.cs + it, b.sn + it);
