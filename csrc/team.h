@@ -79,42 +79,43 @@ static inline void rlxc_team_share(const rlxc_team *tm, size_t n, size_t align, 
 #define RLXC_CHUNKS_GUIDED 0
 
 typedef struct {
-    size_t n, align, chunk, base, chunks, nth;
-    int guided;
-    int done; /* the static split's one share was handed out */
+    size_t n, align, base;
+    size_t chunks; /* 0: the static split */
+    size_t chunk;  /* the size of even chunks; 0: guided ones */
+    int done;      /* the static split's one share was handed out */
 } rlxc_team_loop;
 
-/* Size of the chunks of round `level` of a guided loop. */
-static inline size_t rlxc_guided_size(const rlxc_team_loop *lp, int level) {
-    const size_t want = (lp->n + (lp->nth << (level + 1)) - 1) / (lp->nth << (level + 1));
+/* Size of the chunks of round `level` of a guided loop on nth threads. */
+static inline size_t rlxc_guided_size(const rlxc_team_loop *lp, size_t nth, int level) {
+    const size_t want = (lp->n + (nth << (level + 1)) - 1) / (nth << (level + 1));
     const size_t s = (want + lp->align - 1) / lp->align * lp->align;
     return s > lp->align ? s : lp->align;
 }
 
-/* Chunk i of a loop: [*a, *b). */
-static inline void rlxc_team_chunk(const rlxc_team_loop *lp, size_t i, size_t *a, size_t *b) {
+/* Chunk i of a loop on nth threads: [*a, *b). */
+static inline void rlxc_team_chunk(const rlxc_team_loop *lp, size_t nth, size_t i, size_t *a, size_t *b) {
     size_t first = 0, size = lp->chunk;
-    if (lp->guided) /* whole rounds before chunk i, then its place in its round */
+    if (!lp->chunk) /* guided: whole rounds before chunk i, then its place in its round */
         for (int level = 0;; level++) {
-            size = rlxc_guided_size(lp, level);
-            if (i < lp->nth || size == lp->align) break;
-            first += lp->nth * size, i -= lp->nth;
+            size = rlxc_guided_size(lp, nth, level);
+            if (i < nth || size == lp->align) break;
+            first += nth * size, i -= nth;
         }
     *a = first + i * size;
     *b = lp->n - *a > size ? *a + size : lp->n;
 }
 
 static inline rlxc_team_loop rlxc_team_loop_begin(const rlxc_team *tm, size_t n, size_t align, int chunks_per_thread) {
-    rlxc_team_loop lp = {n, align, 0, 0, 0, (size_t)tm->nth, 0, 0};
-    if (tm->nth == 1 || chunks_per_thread == 1 || !n) return lp;
+    rlxc_team_loop lp = {n, align, 0, 0, 0, 0};
+    const size_t nth = (size_t)tm->nth;
+    if (nth == 1 || chunks_per_thread == 1 || !n) return lp;
     if (chunks_per_thread == RLXC_CHUNKS_GUIDED) {
-        lp.guided = 1, lp.chunk = align;
         size_t first = 0, size;
-        for (int level = 0; (size = rlxc_guided_size(&lp, level)) > align && first + lp.nth * size < n; level++)
-            first += lp.nth * size, lp.chunks += lp.nth;
+        for (int level = 0; (size = rlxc_guided_size(&lp, nth, level)) > align && first + nth * size < n; level++)
+            first += nth * size, lp.chunks += nth;
         lp.chunks += (n - first + size - 1) / size;
     } else {
-        const size_t want = (n + (size_t)tm->nth * chunks_per_thread - 1) / ((size_t)tm->nth * chunks_per_thread);
+        const size_t want = (n + nth * chunks_per_thread - 1) / (nth * chunks_per_thread);
         lp.chunk = (want + align - 1) / align * align;
         lp.chunks = (n + lp.chunk - 1) / lp.chunk;
     }
@@ -125,7 +126,7 @@ static inline rlxc_team_loop rlxc_team_loop_begin(const rlxc_team *tm, size_t n,
 
 /* This thread's next chunk [*a, *b) of the loop; 0 when the loop has none left for it. */
 static inline int rlxc_team_next(const rlxc_team *tm, rlxc_team_loop *lp, size_t *a, size_t *b) {
-    if (!lp->chunk) {
+    if (!lp->chunks) {
         if (lp->done) return 0;
         lp->done = 1;
         rlxc_team_share(tm, lp->n, lp->align, a, b);
@@ -138,7 +139,7 @@ static inline int rlxc_team_next(const rlxc_team *tm, rlxc_team_loop *lp, size_t
         return 0;
     }
     tm->own->held = RLXC_NO_TICKET;
-    rlxc_team_chunk(lp, t - lp->base, a, b);
+    rlxc_team_chunk(lp, (size_t)tm->nth, t - lp->base, a, b);
     return 1;
 }
 
