@@ -266,17 +266,20 @@ static int env_chunks(const char *name, int dflt) {
     return !*end && c >= 0 && c <= INT_MAX ? (int)c : dflt;
 }
 
-/* Chunks per thread of a stage's rows (team.h): one token's products read weights only, and a
- * thread the machine slows (a busy core, a noisy neighbour) should take fewer of them (16-core
- * Xeon, random Llama Q4_0, 16 threads, 4 rounds: tg 144 tok/s static, 145 with 4 even chunks,
- * 154 with 8); guided chunks, large first and small last, also shorten the wait at the barrier
- * after the stage. A prefill's tiles are even work, split once (4 chunks: no change beyond
- * noise). Chunks are multiples of 16 rows so that the 16-row SIMD tiles stay whole (the AVX-512
- * GEMMs' 32- and 48-row tiles may end in a partial one per chunk). */
+/* Chunks per thread of a stage's rows (team.h): a thread the machine slows (a busy core, a noisy
+ * neighbour) should take fewer. One token's products read weights only (16-core Xeon, random
+ * Llama Q4_0, 16 threads, 4 rounds: tg 144 tok/s static, 145 with 4 even chunks, 154 with 8);
+ * guided chunks, large first and small last, also shorten the wait at the barrier after the
+ * stage. A prefill's products are compute-bound, where the cores of a shared VM differ most (16
+ * threads of one GEMM each: 57-108 GMAC/s): 4 even chunks per thread took pp256 from 1368 to
+ * 1539 tok/s there (guided: 1532), and cost 1 % on 2 cores, where guided cost 3.5 % (each chunk
+ * is a GEMM call that sums every token's activation blocks again; guided's smallest chunks
+ * leave half-empty 32-row tiles). Chunks are multiples of 16 rows so that the 16-row SIMD tiles
+ * stay whole. */
 static int chunks_per_thread(int T) {
     static int decode = -2, prefill = -2; /* read once: RLXC_CHUNKS, RLXC_CHUNKS_PP */
     if (__atomic_load_n(&decode, __ATOMIC_ACQUIRE) < -1) {
-        __atomic_store_n(&prefill, env_chunks("RLXC_CHUNKS_PP", 1), __ATOMIC_RELAXED);
+        __atomic_store_n(&prefill, env_chunks("RLXC_CHUNKS_PP", 4), __ATOMIC_RELAXED);
         __atomic_store_n(&decode, env_chunks("RLXC_CHUNKS", RLXC_CHUNKS_GUIDED), __ATOMIC_RELEASE);
     }
     return __atomic_load_n(T == 1 ? &decode : &prefill, __ATOMIC_RELAXED);
