@@ -271,8 +271,9 @@ static int env_chunks(const char *name, int dflt) {
  * Llama Q4_0, 16 threads, 4 rounds: tg 144 tok/s static, 145 with 4 even chunks, 154 with 8);
  * guided chunks, large first and small last, also shorten the wait at the barrier after the
  * stage. A prefill's products are compute-bound, where the cores of a shared VM differ most (16
- * threads of one GEMM each: 57-108 GMAC/s): 4 even chunks per thread took pp256 from 1368 to
- * 1539 tok/s there (guided: 1532), and cost 1 % on 2 cores, where guided cost 3.5 % (each chunk
+ * threads of one GEMM each: 57-108 GMAC/s): 4 even chunks per thread against a static split won
+ * 6 of 10 paired pp256 readings there at 4-16 threads (-11 % to +22 %, median +2.5 %: the VM's
+ * noise is as large as the effect), and cost 1 % on 2 cores, where guided cost 3.5 % (each chunk
  * is a GEMM call that sums every token's activation blocks again; guided's smallest chunks
  * leave half-empty 32-row tiles). Chunks are multiples of 16 rows so that the 16-row SIMD tiles
  * stay whole. */
