@@ -131,8 +131,7 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
 }
 
 /* Blocks ahead whose bytes a decode group prefetches: on the 16-core Xeon VM (2 MiB L2 per core)
- * the hardware prefetcher alone left decode reading ~11 GB/s a core where llama.cpp read 12;
- * prefetching 4 blocks (1.1 KB of Q4_0 per group) ahead took 1/2/4-thread decode of the random
+ * the hardware prefetcher alone left 1-4-thread decode no faster than llama.cpp's; prefetching 4 blocks (1.1 KB of Q4_0 per group) ahead took 1/2/4-thread decode of the random
  * Llama from 17.9/33.8/60.1 to 21.2/38.2/73.3 tok/s (medians of 3; 8 and 16 blocks did about as
  * well). Neutral on the 2-core Xeon VM. */
 #define X16_PREFETCH_BLOCKS 4
