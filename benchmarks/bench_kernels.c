@@ -115,7 +115,7 @@ static void w_x16(void *a_) {
         float *y = a->y + lo * RLXC_PACK_ROWS;
         const uint8_t *w = a->wp + (size_t)lo * group_bytes;
         if (a->T == 1) kw->matvec_x16(y, w, a->xq, hi - lo, a->K);
-        else kw->matmul_x16(y, a->N, w, a->xq, hi - lo, a->K, a->T);
+        else kw->matmul_x16(y, a->N, w, a->xq, NULL, hi - lo, a->K, a->T);
     }
 }
 

@@ -3,6 +3,7 @@
 #ifndef RLXC_ENGINE_H
 #define RLXC_ENGINE_H
 
+#include "kernels.h"
 #include "rlxc.h"
 #include "team.h"
 
@@ -20,6 +21,9 @@ typedef struct {
     int x_block[RLXC_X_FORMATS];
     size_t block_bytes[RLXC_X_FORMATS], row_bytes[RLXC_X_FORMATS];
     void *q[RLXC_X_FORMATS];
+    /* For T > 1, the Q8_0 copy's block terms, computed once for all the stage's GEMMs (else NULLs). */
+    rlxc_q8_terms q8_terms;
+    const void *q8; /* the Q8_0 copy they belong to */
 } rlxc_xin;
 
 /* y[T][w->rows] = x W^T + bias (bias NULL or unset: none). */
@@ -28,7 +32,8 @@ typedef struct {
     const rlxc_weight *w, *bias;
 } rlxc_product;
 
-/* Bytes of the quantized copies of T rows of K (every format slot; for one token, a copy per thread). */
+/* Bytes of the quantized copies of T rows of K (every format slot and, for T > 1, the Q8_0 copy's
+ * terms; for one token, a copy per thread). */
 size_t rlxc_xin_scratch_bytes(int K, int T, int n_threads);
 /* Floats of one thread's dequantized rows (RLXC_ACT_F32 with T > 1; else 0). */
 size_t rlxc_dq_scratch_floats(int K, int T, rlxc_act act);

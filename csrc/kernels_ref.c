@@ -186,10 +186,14 @@ void rlxc_matvec_q4_0x16_scalar(float *y, const void *w, const void *x, int G, i
 void rlxc_matvec_q8_0x16_scalar(float *y, const void *w, const void *x, int G, int K) {
     matvec_x16_scalar(y, w, x, G, K, 32);
 }
-void rlxc_matmul_q4_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
+void rlxc_matmul_q4_0x16_scalar(float *y, int ldy, const void *w, const void *x, const rlxc_q8_terms *terms, int G, int K,
+                                int T) {
+    (void)terms;
     rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_scalar, RLXC_Q4_0, y, ldy, w, x, G, K, T);
 }
-void rlxc_matmul_q8_0x16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
+void rlxc_matmul_q8_0x16_scalar(float *y, int ldy, const void *w, const void *x, const rlxc_q8_terms *terms, int G, int K,
+                                int T) {
+    (void)terms;
     rlxc_matmul_x16_by_token(rlxc_matvec_q8_0x16_scalar, RLXC_Q8_0, y, ldy, w, x, G, K, T);
 }
 
@@ -218,7 +222,9 @@ void rlxc_matvec_q4_kx16_scalar(float *y, const void *w, const void *vx, int G, 
         y[n] = s;
     }
 }
-void rlxc_matmul_q4_kx16_scalar(float *y, int ldy, const void *w, const void *x, int G, int K, int T) {
+void rlxc_matmul_q4_kx16_scalar(float *y, int ldy, const void *w, const void *x, const rlxc_q8_terms *terms, int G, int K,
+                                int T) {
+    (void)terms;
     rlxc_matmul_x16_by_token(rlxc_matvec_q4_kx16_scalar, RLXC_Q4_K, y, ldy, w, x, G, K, T);
 }
 
@@ -337,6 +343,15 @@ static void scratch_free(void *v) {
 }
 
 static void scratch_key_create(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+void rlxc_q8_terms_compute(int32_t *sum, float *d, const block_q8_0 *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int s = 0;
+        for (int j = 0; j < RLXC_QK; j++) s += x[i].qs[j];
+        sum[i] = s;
+        d[i] = rlxc_fp16_to_f32(x[i].d);
+    }
+}
 
 void *rlxc_thread_scratch(size_t bytes) {
     pthread_once(&scratch_once, scratch_key_create);

@@ -39,8 +39,15 @@ static size_t xin_bytes(int K, int T) {
     return RLXC_X_FORMATS * (size_t)T * most;
 }
 
+/* Where the Q8_0 terms of T > 1 rows begin in the scratch, and their bytes. */
+static size_t q8_terms_at(int K, int T) { return (xin_bytes(K, T) + 63) / 64 * 64; }
+static size_t q8_terms_bytes(int K, int T) {
+    return T > 1 ? (size_t)T * (size_t)(K / RLXC_QK) * (sizeof(int32_t) + sizeof(float)) : 0;
+}
+
 size_t rlxc_xin_scratch_bytes(int K, int T, int n_threads) {
-    const size_t shared = xin_bytes(K, T), own = (size_t)(n_threads > 1 ? n_threads : 1) * xin_bytes(K, 1);
+    const size_t shared = q8_terms_at(K, T) + q8_terms_bytes(K, T);
+    const size_t own = (size_t)(n_threads > 1 ? n_threads : 1) * xin_bytes(K, 1);
     return T == 1 && own > shared ? own : shared;
 }
 
@@ -74,6 +81,11 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
         in->fmt[f] = k->quantize_x, in->x_block[f] = k->x_block, in->row_bytes[f] = x_row_bytes(k, K);
         in->block_bytes[f] = k->x_block_bytes;
         in->q[f] = (char *)scratch + f * slot_bytes;
+        if (T > 1 && k->quantize_x == kernels_of(RLXC_Q8_0)->quantize_x) {
+            int32_t *sum = (int32_t *)((char *)scratch + q8_terms_at(K, T));
+            in->q8_terms = (rlxc_q8_terms){sum, (const float *)(sum + (size_t)T * (K / RLXC_QK))};
+            in->q8 = in->q[f];
+        }
         in->n_fmt++;
     }
     /* Blocks are quantized independently, so a token's row may be cut between threads. */
@@ -86,6 +98,9 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
             const size_t t = a / nb, b0 = a - t * nb, b1 = (t + 1) * nb < b ? nb : b - t * nb;
             in->fmt[f]((char *)in->q[f] + t * in->row_bytes[f] + b0 * in->block_bytes[f],
                        x + t * (size_t)K + b0 * in->x_block[f], (int)((b1 - b0) * in->x_block[f]));
+            if (in->q[f] == in->q8) /* blocks t * nb + b0 .. of the copy, whose rows are contiguous */
+                rlxc_q8_terms_compute((int32_t *)in->q8_terms.sum + t * nb + b0, (float *)in->q8_terms.d + t * nb + b0,
+                                      (const block_q8_0 *)in->q8 + t * nb + b0, b1 - b0);
             a = t * nb + b1;
         }
     }
@@ -185,10 +200,20 @@ static int x16_runs(const rlxc_weight *w, const rlxc_wtype_kernels *k, int T) {
     return __atomic_load_n(&w->packed, __ATOMIC_ACQUIRE) && (T == 1 ? k->matvec_x16 != NULL : k->matmul_x16 != NULL);
 }
 
-static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const void *w, const void *x, int G, int K,
-                        int T) {
-    if (T == 1) k->matvec_x16(y, w, x, G, K);
-    else k->matmul_x16(y, ldy, w, x, G, K, T);
+/* x's terms from token t0 on, if x is the stage's Q8_0 copy (else NULL). */
+static const rlxc_q8_terms *q8_terms_from(const rlxc_xin *in, const void *x, int t0, rlxc_q8_terms *part) {
+    if (!in->q8 || x != in->q8) return NULL;
+    const size_t skip = (size_t)t0 * (size_t)(in->K / RLXC_QK);
+    *part = (rlxc_q8_terms){in->q8_terms.sum + skip, in->q8_terms.d + skip};
+    return part;
+}
+
+static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const void *w, const rlxc_xin *in,
+                        const void *x, int t0, int G, int K, int T) {
+    const size_t x_bytes = x_row_bytes(k, K);
+    rlxc_q8_terms part;
+    if (T == 1) k->matvec_x16(y, w, (const char *)x + t0 * x_bytes, G, K);
+    else k->matmul_x16(y, ldy, w, (const char *)x + t0 * x_bytes, q8_terms_from(in, x, t0, &part), G, K, T);
 }
 
 /* Rows [r0, r1) of T tokens from the repacked groups. A group cut by the range is computed whole
@@ -198,13 +223,13 @@ static void x16_product(const rlxc_wtype_kernels *k, float *y, int ldy, const vo
 static void packed_rows(float *y, const rlxc_weight *w, const rlxc_wtype_kernels *k, const rlxc_xin *in,
                         const void *xa, int r0, int r1) {
     const int N = w->rows, K = w->cols, T = in->T, G = N / RLXC_PACK_ROWS, P = RLXC_PACK_ROWS;
-    const size_t group_bytes = rlxc_x16_type_group_bytes(w->type, K), x_bytes = x_row_bytes(k, K);
+    const size_t group_bytes = rlxc_x16_type_group_bytes(w->type, K);
     int r = r0;
     while (r < r1 && r < G * P) {
         const int g = r / P, g_end = r1 < G * P ? r1 / P : G;
         const char *wg = (const char *)w->packed + (size_t)g * group_bytes;
         if (r % P == 0 && g < g_end) {
-            x16_product(k, y + r, N, wg, xa, g_end - g, K, T);
+            x16_product(k, y + r, N, wg, in, xa, 0, g_end - g, K, T);
             r = g_end * P;
             continue;
         }
@@ -212,7 +237,7 @@ static void packed_rows(float *y, const rlxc_weight *w, const rlxc_wtype_kernels
         for (int t0 = 0; t0 < T; t0 += PART_T) {
             const int nt = T - t0 < PART_T ? T - t0 : PART_T;
             float part[PART_T * RLXC_PACK_ROWS];
-            x16_product(k, part, P, wg, (const char *)xa + t0 * x_bytes, 1, K, nt);
+            x16_product(k, part, P, wg, in, xa, t0, 1, K, nt);
             for (int t = 0; t < nt; t++)
                 memcpy(y + (size_t)(t0 + t) * N + r, part + t * P + r % P, (size_t)(end - r) * sizeof(float));
         }

@@ -92,12 +92,13 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
 #include "il_gemm.h"
 
 void rlxc_matmul_q4_0_avx2(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, N, K, T, pack_q4_0, 8))
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, NULL, N, K, T, pack_q4_0, 8))
         rlxc_matmul_q4_0_rows_avx2(y, ldy, w, xq, N, K, T);
 }
 
-void rlxc_matmul_q4_0x16_avx2(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
-    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
+void rlxc_matmul_q4_0x16_avx2(float *y, int ldy, const void *w, const void *xq, const rlxc_q8_terms *terms, int G,
+                              int K, int T) {
+    if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, terms, G * RLXC_PACK_ROWS, K, T, pack_q4_0x16, 8))
         rlxc_matmul_x16_by_token(rlxc_matvec_q4_0x16_avx2, RLXC_Q4_0, y, ldy, w, xq, G, K, T);
 }
 

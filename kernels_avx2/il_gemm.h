@@ -17,9 +17,9 @@
 #define IL_TCHUNK 64
 #define IL_PANEL_BYTES (384 << 10)
 
-/* bias[i] = -weight_offset * (sum of block i's quants), dx[i] its scale. Every thread does this
- * for all T tokens in each call, so at 16 threads, where its rows are few, the scalar loop the
- * compiler made of it cost ~4% of a prefill's down projection (one horizontal sum per block). */
+/* bias[i] = -weight_offset * (sum of block i's quants), dx[i] its scale, for calls without the
+ * stage's rlxc_q8_terms (in AVX2: the compiler's loop of it cost ~4 % of a 16-thread share of a
+ * prefill's down projection, one horizontal sum per block). */
 static void il_block_terms(int32_t *bias, float *dx, const block_q8_0 *xq, size_t n, int weight_offset) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (size_t i = 0; i < n; i++) {
@@ -33,20 +33,31 @@ static void il_block_terms(int32_t *bias, float *dx, const block_q8_0 *xq, size_
     }
 }
 
-/* Returns 0 if out of memory (the caller then takes its per-row kernels). */
-static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, int N, int K, int T,
-                   void (*pack)(il_block *, const void *, int, int, int), int weight_offset) {
+/* bias[i] = -weight_offset * sum[i]: from terms computed once for the stage (rlxc_q8_terms). */
+static void il_block_bias(int32_t *bias, const int32_t *sum, size_t n, int weight_offset) {
+    const __m256i m = _mm256_set1_epi32(-weight_offset);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_si256((__m256i *)(bias + i), _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i *)(sum + i)), m));
+    for (; i < n; i++) bias[i] = -weight_offset * sum[i];
+}
+
+/* terms: xq's rlxc_q8_terms, or NULL to compute them here. Returns 0 if out of memory (the
+ * caller then takes its per-row kernels). */
+static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, const rlxc_q8_terms *terms, int N, int K,
+                   int T, void (*pack)(il_block *, const void *, int, int, int), int weight_offset) {
     const int nb = K / RLXC_QK;
     const size_t tile_bytes = (size_t)nb * sizeof(il_block);
     const int n_tiles = (N + IL_ROWS - 1) / IL_ROWS;
     int panel = (int)(IL_PANEL_BYTES / tile_bytes); /* tiles per panel */
     panel = panel < 1 ? 1 : panel > n_tiles ? n_tiles : panel;
-    const size_t wp_bytes = (panel * tile_bytes + 63) / 64 * 64, terms = (size_t)T * nb;
-    il_block *wp = rlxc_thread_scratch(wp_bytes + terms * (sizeof(int32_t) + sizeof(float)));
+    const size_t wp_bytes = (panel * tile_bytes + 63) / 64 * 64, n_terms = (size_t)T * nb;
+    il_block *wp = rlxc_thread_scratch(wp_bytes + n_terms * (sizeof(int32_t) + (terms ? 0 : sizeof(float))));
     int32_t *bias = wp ? (int32_t *)((char *)wp + wp_bytes) : NULL;
-    float *dx = wp ? (float *)(bias + terms) : NULL;
+    const float *dx = terms ? terms->d : wp ? (float *)(bias + n_terms) : NULL;
     const int ok = wp != NULL;
-    if (ok) il_block_terms(bias, dx, xq, terms, weight_offset);
+    if (ok && terms) il_block_bias(bias, terms->sum, n_terms, weight_offset);
+    else if (ok) il_block_terms(bias, (float *)dx, xq, n_terms, weight_offset);
     for (int p0 = 0; ok && p0 < n_tiles; p0 += panel) {
         const int p1 = p0 + panel < n_tiles ? p0 + panel : n_tiles;
         for (int p = p0; p < p1; p++)

@@ -30,7 +30,8 @@ static void q4_kx16_sums(__m128i *xs, const block_q8_k *x, int nb, int b0, int n
     }                                                                                                              \
     /* Panels of groups that stay in L2 while the tokens pass them in chunks (their activation sums */            \
     /* in a thread scratch), KX_C tokens per tile, the rest one at a time. */                                      \
-    void rlxc_matmul_q4_kx16_##sfx(float *y, int ldy, const void *vw, const void *vx, int G, int K, int T) {      \
+    void rlxc_matmul_q4_kx16_##sfx(float *y, int ldy, const void *vw, const void *vx, const rlxc_q8_terms *terms,  \
+                                   int G, int K, int T) { /* Q8_K activations: terms is NULL */              \
         const rlxc_q4_kx16 *w = vw;                                                                                \
         const block_q8_k *x = vx;                                                                                  \
         const int nb = K / RLXC_QK_K, tc = T < KX_TCHUNK ? T : KX_TCHUNK, n0 = nb < KX_CHUNK ? nb : KX_CHUNK;      \

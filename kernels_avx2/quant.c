@@ -177,6 +177,8 @@ RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx2, x16_group_q4_0, 16, 8)
 RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx2, x16_group_q8_0, 32, 0)
 
 /* AVX2 has no interleaved GEMM for Q8_0 (its unsigned bytes overflow the int16 sums). */
-void rlxc_matmul_q8_0x16_avx2(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) {
+void rlxc_matmul_q8_0x16_avx2(float *y, int ldy, const void *w, const void *xq, const rlxc_q8_terms *terms, int G,
+                              int K, int T) {
+    (void)terms; /* the per-token decode kernel sums its blocks itself */
     rlxc_matmul_x16_by_token(rlxc_matvec_q8_0x16_avx2, RLXC_Q8_0, y, ldy, w, xq, G, K, T);
 }

@@ -235,7 +235,7 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
     void rlxc_matmul_##kind##_avx512(float *y, int ldy, const void *w, const void *xq, int N, int K, int T) { \
         const size_t row_bytes = (size_t)K / RLXC_QK * sizeof(wtype);                                         \
         if (T < IL_MIN_T || 15 * row_bytes > INT32_MAX ||                                                     \
-            !il_gemm(y, ldy, w, xq, N, K, T, pack_##kind, offset))                                            \
+            !il_gemm(y, ldy, w, xq, NULL, N, K, T, pack_##kind, offset))                                      \
             fallback(y, ldy, w, xq, N, K, T);                                                                 \
     }
 
@@ -245,8 +245,9 @@ DEFINE_IL_MATMUL(q8_0, block_q8_0, 128, rlxc_matmul_q8_0_pairs_avx512)
 
 /* Repacked rows: no copy to gather, and per token the same operations as the decode kernels. */
 #define DEFINE_X16_MATMUL(kind, type, offset)                                                                    \
-    void rlxc_matmul_##kind##x16_avx512(float *y, int ldy, const void *w, const void *xq, int G, int K, int T) { \
-        if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, G * RLXC_PACK_ROWS, K, T, pack_##kind##x16, offset))      \
+    void rlxc_matmul_##kind##x16_avx512(float *y, int ldy, const void *w, const void *xq, const rlxc_q8_terms *terms, \
+                                        int G, int K, int T) {                                                   \
+        if (T < IL_MIN_T || !il_gemm(y, ldy, w, xq, terms, G * RLXC_PACK_ROWS, K, T, pack_##kind##x16, offset)) \
             rlxc_matmul_x16_by_token(rlxc_matvec_##kind##x16_avx512, type, y, ldy, w, xq, G, K, T);             \
     }
 DEFINE_X16_MATMUL(q4_0, RLXC_Q4_0, 8)

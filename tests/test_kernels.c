@@ -347,8 +347,22 @@ static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, 
     product_scales(scale, ldy, wabs, xd, N, K, T);
     rlxc_kernels_scalar.wt[type].matmul(ref, ldy, w, x, N, K, T);
     if (T == 1) kw->matvec_x16(got, wp, x, G, K);
-    else kw->matmul_x16(got, ldy, wp, x, G, K, T);
+    else kw->matmul_x16(got, ldy, wp, x, NULL, G, K, T);
     r->cases++;
+    if (T > 1 && type != RLXC_Q4_K) { /* with the terms the engine computes once per stage: the same bits */
+        const size_t n = (size_t)T * nb;
+        int32_t *sum = xmalloc(n * sizeof(int32_t));
+        float *d = xmalloc(n * sizeof(float)), *with = guarded(ny);
+        rlxc_q8_terms_compute(sum, d, (const block_q8_0 *)x, n);
+        kw->matmul_x16(with, ldy, wp, x, &(rlxc_q8_terms){sum, d}, G, K, T);
+        check_guards(r, with, ny, G, K, T);
+        for (int t = 0; t < T; t++)
+            if (memcmp(with + t * ldy, got + t * ldy, (size_t)N * sizeof(float))) {
+                fail(r, "G %d K %d T %d: token %d of matmul_x16 differs with the stage's terms", G, K, T, t);
+                r->max_err = INFINITY;
+            }
+        free(sum), free(d), free_guarded(with);
+    }
     if (k == &rlxc_kernels_scalar)
         for (int t = 0; t < T; t++)
             if (memcmp(got + t * ldy, ref + t * ldy, (size_t)N * sizeof(float))) {
