@@ -124,6 +124,7 @@ def random_llama_gguf(layers: int) -> str:
     path = os.path.join(OUT, f"llama_q4_0_{layers}l.gguf")
     if os.path.exists(path):
         return path
+    os.makedirs(OUT, exist_ok=True)
     import torch
     import transformers as tf
 

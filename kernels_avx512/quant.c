@@ -5,6 +5,8 @@
  * group, is removed by starting each dot's accumulator at -offset * sum(x): computed once
  * per token and block pair and shared by all R rows of a tile. The kernel is ALU-bound in
  * cache (~10 vector ops per row and block pair), so every op saved counts. */
+#include <stdlib.h>
+
 #include "avx512.h"
 
 /* The two blocks b, b + 1 of a pair; with n == 1 (odd K / 32 tail) the second block reads
@@ -130,16 +132,19 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
     return _mm512_add_epi32(lo, hi);
 }
 
-/* Blocks ahead whose bytes a decode group prefetches: on the 16-core Xeon VM (2 MiB L2 per core)
- * the hardware prefetcher alone left 1-4-thread decode no faster than llama.cpp's; prefetching 4 blocks (1.1 KB of Q4_0 per group) ahead took 1/2/4-thread decode of the random
- * Llama from 17.9/33.8/60.1 to 21.2/38.2/73.3 tok/s (medians of 3; 8 and 16 blocks did about as
- * well). Neutral on the 2-core Xeon VM. */
+/* Blocks ahead whose bytes a decode group prefetches (pf, 0: none), chosen per CPU by
+ * x16_prefetch_blocks. On the 16-core Xeon VM (2 MiB L2 per core) the hardware prefetcher alone
+ * left 1-4-thread decode no faster than llama.cpp's; prefetching 4 blocks (1.1 KB of Q4_0 per
+ * group) ahead took 1/2/4-thread decode of the random Llama from 17.9/33.8/60.1 to 21.2/38.2/73.3
+ * tok/s (medians of 3; 8 and 16 blocks did about as well); neutral on a 2-core Xeon VM. On a
+ * 2-core AMD EPYC VM (Zen, AVX-512) it costs a quarter: one thread's Q4_0 x16 matvec out of cache
+ * (64-128 MiB) 24.6-24.8 GB/s without, 18.6-18.9 with 4 blocks, 17.5-19.0 with 8 or 16. */
 #define X16_PREFETCH_BLOCKS 4
 
 /* S groups (RLXC_DEFINE_MATVEC_X16) of qsb quant bytes per block and row: per block, dot's 16
  * int32 sums, one scale FMA. A block's half of its record (2 blocks' quants, then their scales)
- * is prefetched X16_PREFETCH_BLOCKS ahead, which reaches every line of the records. */
-#define X16_GROUP(name, qsb, dot)                                                                                   \
+ * is prefetched pf blocks ahead, which reaches every line of the records. */
+#define X16_GROUP(name, qsb, dot, pf)                                                                               \
     RLXC_INLINE void name(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,        \
                           const int32_t *bias, const float *dx, int n, int first) {                                 \
         __m512 acc[RLXC_X16_STREAMS];                                                                               \
@@ -148,8 +153,8 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
             const unaligned_i32 *q = (const unaligned_i32 *)x[b].qs;                                                \
             const __m512 xd = _mm512_set1_ps(dx[b]);                                                                \
             RLXC_UNROLL for (int s = 0; s < S; s++) {                                                               \
-                const char *ahead = (const char *)rlxc_x16_quants(grp + s * gb, qsb, b0 + b + X16_PREFETCH_BLOCKS); \
-                RLXC_UNROLL for (size_t l = 0; l < (rlxc_x16_record_bytes(qsb) / 2 + 63) / 64; l++)                 \
+                const char *ahead = (const char *)rlxc_x16_quants(grp + s * gb, qsb, b0 + b + pf);                  \
+                RLXC_UNROLL for (size_t l = 0; pf && l < (rlxc_x16_record_bytes(qsb) / 2 + 63) / 64; l++)           \
                     _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);                                                      \
                 const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, qsb, b0 + b);                                    \
                 const __m512i sum = dot(rlxc_x16_quants(grp + s * gb, qsb, b0 + b), q, bias[b]);                    \
@@ -159,8 +164,31 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
         }                                                                                                           \
         RLXC_UNROLL for (int s = 0; s < S; s++) _mm512_storeu_ps(y + 16 * s, acc[s]);                               \
     }
-X16_GROUP(x16_group_q4_0, 16, x16_dot_q4_0)
-X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0)
+X16_GROUP(x16_group_q4_0, 16, x16_dot_q4_0, 0)
+X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0, 0)
+X16_GROUP(x16_group_q4_0_pf, 16, x16_dot_q4_0, X16_PREFETCH_BLOCKS)
+X16_GROUP(x16_group_q8_0_pf, 32, x16_dot_q8_0, X16_PREFETCH_BLOCKS)
 
-RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx512, x16_group_q4_0, 16, 8)
-RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx512, x16_group_q8_0, 32, 128)
+static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16, x16_group_q4_0, 16, 8)
+static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16, x16_group_q8_0, 32, 128)
+static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_pf, x16_group_q4_0_pf, 16, 8)
+static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_pf, x16_group_q8_0_pf, 32, 128)
+
+/* Whether decode prefetches: on Intel CPUs, or as RLXC_X16_PREFETCH (0 or 1) says. */
+static int x16_prefetch(void) {
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("RLXC_X16_PREFETCH");
+        v = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] == '1' : __builtin_cpu_is("intel");
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+void rlxc_matvec_q4_0x16_avx512(float *y, const void *w, const void *x, int G, int K) {
+    (x16_prefetch() ? matvec_q4_0x16_pf : matvec_q4_0x16)(y, w, x, G, K);
+}
+void rlxc_matvec_q8_0x16_avx512(float *y, const void *w, const void *x, int G, int K) {
+    (x16_prefetch() ? matvec_q8_0x16_pf : matvec_q8_0x16)(y, w, x, G, K);
+}
