@@ -16,17 +16,7 @@ for v in rlxc rlxc_old; do
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail $W/pip_$v.log; exit 1; } &
 done; wait
 mkdir -p $W/gg && tar xzf $D/llamacpp.tgz -C $W/gg llama.cpp/gguf-py
-PYTHONPATH=$W/gg/llama.cpp/gguf-py:$W/pkg_rlxc python3 - <<PY || exit 1
-import sys, torch, transformers as tf, rlxc
-sys.path.insert(0, "$W/rlxc/benchmarks")
-from gguf_export import write_llama_gguf
-torch.manual_seed(0)
-cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=4,
-                     num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, tie_word_embeddings=False)
-with torch.no_grad():
-    m = tf.LlamaForCausalLM(cfg).eval()
-write_llama_gguf(rlxc.from_hf(m, weights="q4_0", max_seq=1024), "$W/m.gguf", 10000.0)
-PY
+PYTHONPATH=$W/gg/llama.cpp/gguf-py:$W/pkg_rlxc python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
 cat > $W/one.py <<'PY'
 import sys, time, statistics, numpy as np, rlxc
 path, t = sys.argv[1], int(sys.argv[2])

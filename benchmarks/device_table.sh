@@ -22,17 +22,7 @@ mkdir -p $W/rlxc && tar xzf $D/rlxc.tgz -C $W/rlxc
 (cd $W/rlxc && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_rlxc . >$W/pip.log 2>&1) ||
     { tail $W/pip.log; exit 1; }
 export PYTHONPATH=$W/llama.cpp/gguf-py:$W/pkg_rlxc
-python3 - <<PY || exit 1
-import sys, torch, transformers as tf, rlxc
-sys.path.insert(0, "$W/rlxc/benchmarks")
-from gguf_export import write_llama_gguf
-torch.manual_seed(0)
-cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=4,
-                     num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, tie_word_embeddings=False)
-with torch.no_grad():
-    m = tf.LlamaForCausalLM(cfg).eval()
-write_llama_gguf(rlxc.from_hf(m, weights="q4_0", max_seq=1024), "$W/m.gguf", 10000.0)
-PY
+python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
 python3 $W/rlxc/benchmarks/gguf_skeleton.py expand $D/gemma3.skel.npz $W/g.gguf >/dev/null || exit 1
 wait $LPID; ls $W/llama.cpp/build/bin/llama-bench >/dev/null || { tail $W/lbuild.log; exit 1; }
 echo "== built at $SECONDS s"
