@@ -137,12 +137,12 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
 
 /* A matvec_x16 of rows of qs quant bytes per block and weight offset `offset`, around
  * group(y, grp, gb, S, b0, x, bias, dx, n, first): S groups gb bytes apart (y 16 floats apart)
- * over blocks b0 .. b0 + n (x, bias, dx from block b0), accumulating into y unless first. The S
- * groups go block by block together: S address streams, each followed by the hardware
- * prefetcher, where one stream left a Xeon core reading 9 GB/s of the 12 that the 8-row GGUF
- * tiles (8 streams) read. */
+ * over blocks b0 .. b0 + n (x, bias, dx from block b0), accumulating into y unless first. The
+ * `streams` groups (at most RLXC_X16_STREAMS) go block by block together: that many address
+ * streams, each followed by the hardware prefetcher, where one stream left a Xeon core reading 9
+ * GB/s of the 12 that the 8-row GGUF tiles (8 streams) read. */
 #define RLXC_X16_STREAMS 4
-#define RLXC_DEFINE_MATVEC_X16(name, group, qs, offset)                                                   \
+#define RLXC_DEFINE_MATVEC_X16(name, group, qs, offset, streams)                                          \
     void name(float *y, const void *vw, const void *vx, int G, int K) {                                   \
         const block_q8_0 *x = vx;                                                                         \
         const int nb = K / RLXC_QK;                                                                       \
@@ -153,14 +153,17 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
             const int n = nb - b0 < RLXC_X16_CHUNK ? nb - b0 : RLXC_X16_CHUNK;                            \
             rlxc_x16_block_terms(bias, dx, x + b0, n, offset);                                            \
             int g = 0;                                                                                    \
-            for (; g + RLXC_X16_STREAMS <= G; g += RLXC_X16_STREAMS)                                      \
+            for (; g + (streams) <= G; g += (streams))                                                    \
                 group(y + 16 * (size_t)g, (const uint8_t *)vw + (size_t)g * group_bytes, group_bytes,     \
-                      RLXC_X16_STREAMS, b0, x + b0, bias, dx, n, !b0);                                    \
+                      (streams), b0, x + b0, bias, dx, n, !b0);                                           \
             for (; g < G; g++)                                                                            \
                 group(y + 16 * (size_t)g, (const uint8_t *)vw + (size_t)g * group_bytes, group_bytes, 1,  \
                       b0, x + b0, bias, dx, n, !b0);                                                      \
         }                                                                                                 \
     }
+/* Whether the x16 decode kernels take their Intel-tuned variants (AVX2: four streams, AVX-512:
+ * software prefetch): as RLXC_X16_INTEL says ("0" or "1"), else on Intel CPUs. */
+int rlxc_x16_intel_tuned(void);
 /* The 256-blocks in register tiles over the GGUF rows (wtypes.c): decode, and the interleaved
  * GEMMs' (gemm.c) fallback below KQ_MIN_T tokens. */
 #define RLXC_DECLARE_KQ_TILES(type, sfx) \

@@ -1,5 +1,7 @@
 /* AVX2 quantized kernels: activation quantization to Q8_0 and Q4_0/Q8_0 weights times
  * Q8_0 activations (matvec and blocked GEMM). */
+#include <stdlib.h>
+
 #include "avx2.h"
 
 /* roundf semantics (half away from zero) on floats of magnitude < 2^23: trunc, then step
@@ -173,8 +175,31 @@ RLXC_INLINE __m256i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
 X16_GROUP(x16_group_q4_0, 16, x16_dot_q4_0)
 X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0)
 
-RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q4_0x16_avx2, x16_group_q4_0, 16, 8)
-RLXC_DEFINE_MATVEC_X16(rlxc_matvec_q8_0x16_avx2, x16_group_q8_0, 32, 0)
+int rlxc_x16_intel_tuned(void) {
+    static int on = -1; /* threads may ask at once: same answer, atomic reads */
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("RLXC_X16_INTEL");
+        v = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] == '1' : __builtin_cpu_is("intel");
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* Four groups at a time on Intel (see RLXC_DEFINE_MATVEC_X16); one elsewhere: on a 2-core AMD
+ * EPYC VM (Zen, AVX2 kernels forced) two or more streams collapsed one core's matvec out of
+ * cache (64-128 MiB, K = 4096, 4160 or 14336) to 7-9 GB/s, where one stream read 17-19 GB/s at K
+ * = 4096 and the AVX-512 kernels 20-22 with 1, 2 or 4. */
+static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_s4, x16_group_q4_0, 16, 8, RLXC_X16_STREAMS)
+static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_s4, x16_group_q8_0, 32, 0, RLXC_X16_STREAMS)
+static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_s1, x16_group_q4_0, 16, 8, 1)
+static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_s1, x16_group_q8_0, 32, 0, 1)
+void rlxc_matvec_q4_0x16_avx2(float *y, const void *w, const void *x, int G, int K) {
+    (rlxc_x16_intel_tuned() ? matvec_q4_0x16_s4 : matvec_q4_0x16_s1)(y, w, x, G, K);
+}
+void rlxc_matvec_q8_0x16_avx2(float *y, const void *w, const void *x, int G, int K) {
+    (rlxc_x16_intel_tuned() ? matvec_q8_0x16_s4 : matvec_q8_0x16_s1)(y, w, x, G, K);
+}
 
 /* AVX2 has no interleaved GEMM for Q8_0 (its unsigned bytes overflow the int16 sums). */
 void rlxc_matmul_q8_0x16_avx2(float *y, int ldy, const void *w, const void *xq, const rlxc_q8_terms *terms, int G,

@@ -5,8 +5,6 @@
  * group, is removed by starting each dot's accumulator at -offset * sum(x): computed once
  * per token and block pair and shared by all R rows of a tile. The kernel is ALU-bound in
  * cache (~10 vector ops per row and block pair), so every op saved counts. */
-#include <stdlib.h>
-
 #include "avx512.h"
 
 /* The two blocks b, b + 1 of a pair; with n == 1 (odd K / 32 tail) the second block reads
@@ -133,7 +131,7 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
 }
 
 /* Blocks ahead whose bytes a decode group prefetches (pf, 0: none), chosen per CPU by
- * x16_prefetch_blocks. On the 16-core Xeon VM (2 MiB L2 per core) the hardware prefetcher alone
+ * rlxc_x16_intel_tuned. On the 16-core Xeon VM (2 MiB L2 per core) the hardware prefetcher alone
  * left 1-4-thread decode no faster than llama.cpp's; prefetching 4 blocks (1.1 KB of Q4_0 per
  * group) ahead took 1/2/4-thread decode of the random Llama from 17.9/33.8/60.1 to 21.2/38.2/73.3
  * tok/s (medians of 3; 8 and 16 blocks did about as well); neutral on a 2-core Xeon VM. On a
@@ -169,26 +167,14 @@ X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0, 0)
 X16_GROUP(x16_group_q4_0_pf, 16, x16_dot_q4_0, X16_PREFETCH_BLOCKS)
 X16_GROUP(x16_group_q8_0_pf, 32, x16_dot_q8_0, X16_PREFETCH_BLOCKS)
 
-static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16, x16_group_q4_0, 16, 8)
-static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16, x16_group_q8_0, 32, 128)
-static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_pf, x16_group_q4_0_pf, 16, 8)
-static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_pf, x16_group_q8_0_pf, 32, 128)
-
-/* Whether decode prefetches: on Intel CPUs, or as RLXC_X16_PREFETCH (0 or 1) says. */
-static int x16_prefetch(void) {
-    static int on = -1;
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("RLXC_X16_PREFETCH");
-        v = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] == '1' : __builtin_cpu_is("intel");
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
+static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16, x16_group_q4_0, 16, 8, RLXC_X16_STREAMS)
+static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16, x16_group_q8_0, 32, 128, RLXC_X16_STREAMS)
+static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_pf, x16_group_q4_0_pf, 16, 8, RLXC_X16_STREAMS)
+static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_pf, x16_group_q8_0_pf, 32, 128, RLXC_X16_STREAMS)
 
 void rlxc_matvec_q4_0x16_avx512(float *y, const void *w, const void *x, int G, int K) {
-    (x16_prefetch() ? matvec_q4_0x16_pf : matvec_q4_0x16)(y, w, x, G, K);
+    (rlxc_x16_intel_tuned() ? matvec_q4_0x16_pf : matvec_q4_0x16)(y, w, x, G, K);
 }
 void rlxc_matvec_q8_0x16_avx512(float *y, const void *w, const void *x, int G, int K) {
-    (x16_prefetch() ? matvec_q8_0x16_pf : matvec_q8_0x16)(y, w, x, G, K);
+    (rlxc_x16_intel_tuned() ? matvec_q8_0x16_pf : matvec_q8_0x16)(y, w, x, G, K);
 }
