@@ -69,6 +69,9 @@ extra = COMMON + (SANITIZE if sanitize() else [])
 ext = Extension(
     "rlxc._rlxc",
     sources=sorted(glob("csrc/*.c")) + sorted(glob("csrc/bindings/*.c")),
+    # the kernel directories' objects come from BuildExt: without these an edit there (or to a
+    # header) would leave an in-place build's module as it was
+    depends=sorted(glob("csrc/**/*.h", recursive=True) + glob("kernels_*/*.[ch]")),
     include_dirs=["csrc", np.get_include()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     extra_compile_args=extra,
