@@ -161,8 +161,9 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
                       b0, x + b0, bias, dx, n, !b0);                                                      \
         }                                                                                                 \
     }
-/* Whether the x16 decode kernels take their Intel-tuned variants (AVX2: four streams, AVX-512:
- * software prefetch): as RLXC_X16_INTEL says ("0" or "1"), else on Intel CPUs. */
+/* Whether the x16 decode kernels take their Intel-tuned variants (four streams, and on AVX-512
+ * software prefetch; elsewhere one stream, none): as RLXC_X16_INTEL says ("0" or "1"), else on
+ * Intel CPUs. */
 int rlxc_x16_intel_tuned(void);
 /* The 256-blocks in register tiles over the GGUF rows (wtypes.c): decode, and the interleaved
  * GEMMs' (gemm.c) fallback below KQ_MIN_T tokens. */
