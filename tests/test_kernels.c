@@ -315,7 +315,7 @@ static void test_mat(result *out, const rlxc_kernels *k) {
  * against the scalar products on the GGUF rows: bit-identical for the scalar twin, within TOL for
  * SIMD; and (where a table has matmul_x16) each token's outputs of it bit-identical with
  * matvec_x16 (the engine's prefill == decode and its thread-count independence rest on it).
- * Block counts pass the kernels' 256-block chunk, token counts the GEMM tiles. The packed buffer
+ * Block counts pass the kernels' RLXC_X16_CHUNK-block chunk, token counts the GEMM tiles. The packed buffer
  * is malloc'ed at its size and offset from 64-byte (Q4_K: 16-byte) alignment, so reads past it
  * and aligned-load assumptions both fail. Every row's blocks come back byte for byte from the
  * packed copy (rlxc_x16_row_blocks). */
@@ -384,7 +384,7 @@ static void x16_case(result *r, const rlxc_kernels *k, int kind, int G, int nb, 
 }
 
 static void test_x16(result *r, const rlxc_kernels *k, int kind) {
-    static const int Gs[] = {1, 2, 3, 5, 9}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
+    static const int Gs[] = {1, 2, 3, 5, 9}, nbs[] = {1, 2, 3, 5, 9, 33, 256, 257, 300, 1024, 1025}, Ts[] = {2, 3, 7, 8, 9, 33, 70};
     const rlxc_wtype_kernels *kw = &k->wt[wkinds[kind].type];
     r->name = kind == W_Q4_0 ? "matvec/matmul_q4_0x16" : kind == W_Q8_0 ? "matvec/matmul_q8_0x16" : "matvec/matmul_q4_kx16";
     if (!kw->matvec_x16) return;
