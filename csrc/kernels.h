@@ -433,6 +433,10 @@ typedef struct rlxc_kernels {
     void rlxc_add_##sfx(float *y, const float *a, int n);                                                      \
     void rlxc_scale_##sfx(float *y, float s, int n);                                                           \
     void rlxc_softcap_##sfx(float *y, float cap, int n);
+/* x86: make the x16 decode kernels take their Intel-tuned variants (1) or the others (0) whatever
+ * the CPU, or (-1) choose again from the CPU and RLXC_X16_INTEL (kernels_avx2/avx2.h): the kernel
+ * test covers both on any host. */
+void rlxc_x16_set_intel_tuned(int on);
 /* The products on repacked rows (rlxc_wtype_kernels.matvec_x16 / matmul_x16), where an ISA has them. */
 #define RLXC_DECLARE_X16_1(type, sfx)                                                            \
     void rlxc_matvec_##type##x16_##sfx(float *y, const void *w, const void *x, int G, int K); \

@@ -175,16 +175,19 @@ RLXC_INLINE __m256i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
 X16_GROUP(x16_group_q4_0, 16, x16_dot_q4_0)
 X16_GROUP(x16_group_q8_0, 32, x16_dot_q8_0)
 
+static int x16_intel = -1; /* threads may ask at once: same answer, atomic reads */
+
 int rlxc_x16_intel_tuned(void) {
-    static int on = -1; /* threads may ask at once: same answer, atomic reads */
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    int v = __atomic_load_n(&x16_intel, __ATOMIC_RELAXED);
     if (v < 0) {
         const char *e = getenv("RLXC_X16_INTEL");
         v = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] == '1' : __builtin_cpu_is("intel");
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+        __atomic_store_n(&x16_intel, v, __ATOMIC_RELAXED);
     }
     return v;
 }
+
+void rlxc_x16_set_intel_tuned(int on) { __atomic_store_n(&x16_intel, on < 0 ? -1 : !!on, __ATOMIC_RELAXED); }
 
 /* Four groups at a time on Intel (see RLXC_DEFINE_MATVEC_X16); one elsewhere: on a 2-core AMD
  * EPYC VM (Zen, AVX2 kernels forced) two or more streams collapsed one core's matvec out of

@@ -388,12 +388,26 @@ static void test_x16(result *r, const rlxc_kernels *k, int kind) {
     const rlxc_wtype_kernels *kw = &k->wt[wkinds[kind].type];
     r->name = kind == W_Q4_0 ? "matvec/matmul_q4_0x16" : kind == W_Q8_0 ? "matvec/matmul_q8_0x16" : "matvec/matmul_q4_kx16";
     if (!kw->matvec_x16) return;
-    for (int a = 0; a < LEN(Gs); a++)
-        for (int b = 0; b < LEN(nbs); b++)
-            if (kind != W_Q4_K || nbs[b] < 257 || a == 0) x16_case(r, k, kind, Gs[a], nbs[b], 1);
-    if (!kw->matmul_x16) return; /* NEON: decode only */
-    for (int a = 0; a < LEN(Gs); a++)
-        for (int c = 0; c < LEN(Ts); c++) x16_case(r, k, kind, Gs[a], kind == W_Q4_K ? (a % 2 ? 3 : 17) : a % 2 ? 9 : 130, Ts[c]);
+#if defined(__x86_64__)
+    const int variants = 2; /* the decode kernels' vendor variants, both on any CPU */
+#else
+    const int variants = 1;
+#endif
+    for (int v = 0; v < variants; v++) {
+#if defined(__x86_64__)
+        rlxc_x16_set_intel_tuned(v);
+#endif
+        for (int a = 0; a < LEN(Gs); a++)
+            for (int b = 0; b < LEN(nbs); b++)
+                if (kind != W_Q4_K || nbs[b] < 257 || a == 0) x16_case(r, k, kind, Gs[a], nbs[b], 1);
+        if (kw->matmul_x16) /* NEON: decode only */
+            for (int a = 0; a < LEN(Gs); a++)
+                for (int c = 0; c < LEN(Ts); c++)
+                    x16_case(r, k, kind, Gs[a], kind == W_Q4_K ? (a % 2 ? 3 : 17) : a % 2 ? 9 : 130, Ts[c]);
+    }
+#if defined(__x86_64__)
+    rlxc_x16_set_intel_tuned(-1);
+#endif
 }
 
 /* ---- dequantization (the f32-activation path): bit-identical ---- */
