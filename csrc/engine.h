@@ -26,6 +26,12 @@ typedef struct {
     const void *q8; /* the Q8_0 copy they belong to */
 } rlxc_xin;
 
+/* in's Q8_0 terms from token t on (rows of the copy are contiguous, K / 32 blocks each). */
+static inline rlxc_q8_terms rlxc_xin_q8_terms_from(const rlxc_xin *in, int t) {
+    const size_t skip = (size_t)t * (size_t)(in->K / RLXC_QK);
+    return (rlxc_q8_terms){in->q8_terms.sum + skip, in->q8_terms.d + skip};
+}
+
 /* y[T][w->rows] = x W^T + bias (bias NULL or unset: none). */
 typedef struct {
     float *y;

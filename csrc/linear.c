@@ -203,8 +203,7 @@ static int x16_runs(const rlxc_weight *w, const rlxc_wtype_kernels *k, int T) {
 /* x's terms from token t0 on, if x is the stage's Q8_0 copy (else NULL). */
 static const rlxc_q8_terms *q8_terms_from(const rlxc_xin *in, const void *x, int t0, rlxc_q8_terms *part) {
     if (!in->q8 || x != in->q8) return NULL;
-    const size_t skip = (size_t)t0 * (size_t)(in->K / RLXC_QK);
-    *part = (rlxc_q8_terms){in->q8_terms.sum + skip, in->q8_terms.d + skip};
+    *part = rlxc_xin_q8_terms_from(in, t0);
     return part;
 }
 

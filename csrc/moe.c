@@ -77,11 +77,7 @@ static rlxc_xin xin_rows(const rlxc_xin *in, int r, int n) {
     s.x += (size_t)r * in->K;
     for (int f = 0; f < in->n_fmt; f++) {
         s.q[f] = (char *)in->q[f] + (size_t)r * in->row_bytes[f];
-        if (in->q[f] == in->q8) {
-            const size_t skip = (size_t)r * (size_t)(in->K / RLXC_QK);
-            s.q8 = s.q[f];
-            s.q8_terms = (rlxc_q8_terms){in->q8_terms.sum + skip, in->q8_terms.d + skip};
-        }
+        if (in->q[f] == in->q8) s.q8 = s.q[f], s.q8_terms = rlxc_xin_q8_terms_from(in, r);
     }
     s.T = n;
     return s;

@@ -167,6 +167,11 @@ void rlxc_x16_block_terms(int32_t *bias, float *dx, const block_q8_0 *x, int nb,
  * software prefetch; elsewhere one stream, none): as RLXC_X16_INTEL says ("0" or "1"), else on
  * Intel CPUs. */
 int rlxc_x16_intel_tuned(void);
+/* The matvec_x16 `name` that runs `intel` or `other` (RLXC_DEFINE_MATVEC_X16s) as that says. */
+#define RLXC_DEFINE_X16_BY_VENDOR(name, intel, other)                                    \
+    void name(float *y, const void *w, const void *x, int G, int K) {                   \
+        (rlxc_x16_intel_tuned() ? intel : other)(y, w, x, G, K);                       \
+    }
 /* The 256-blocks in register tiles over the GGUF rows (wtypes.c): decode, and the interleaved
  * GEMMs' (gemm.c) fallback below KQ_MIN_T tokens. */
 #define RLXC_DECLARE_KQ_TILES(type, sfx) \

@@ -197,12 +197,8 @@ static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_s4, x16_group_q4_0, 16, 8, RLXC_X16
 static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_s4, x16_group_q8_0, 32, 0, RLXC_X16_STREAMS)
 static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_s1, x16_group_q4_0, 16, 8, 1)
 static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_s1, x16_group_q8_0, 32, 0, 1)
-void rlxc_matvec_q4_0x16_avx2(float *y, const void *w, const void *x, int G, int K) {
-    (rlxc_x16_intel_tuned() ? matvec_q4_0x16_s4 : matvec_q4_0x16_s1)(y, w, x, G, K);
-}
-void rlxc_matvec_q8_0x16_avx2(float *y, const void *w, const void *x, int G, int K) {
-    (rlxc_x16_intel_tuned() ? matvec_q8_0x16_s4 : matvec_q8_0x16_s1)(y, w, x, G, K);
-}
+RLXC_DEFINE_X16_BY_VENDOR(rlxc_matvec_q4_0x16_avx2, matvec_q4_0x16_s4, matvec_q4_0x16_s1)
+RLXC_DEFINE_X16_BY_VENDOR(rlxc_matvec_q8_0x16_avx2, matvec_q8_0x16_s4, matvec_q8_0x16_s1)
 
 /* AVX2 has no interleaved GEMM for Q8_0 (its unsigned bytes overflow the int16 sums). */
 void rlxc_matmul_q8_0x16_avx2(float *y, int ldy, const void *w, const void *xq, const rlxc_q8_terms *terms, int G,

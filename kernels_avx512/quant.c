@@ -175,9 +175,5 @@ static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16, x16_group_q8_0, 32, 128, 1)
 static RLXC_DEFINE_MATVEC_X16(matvec_q4_0x16_pf, x16_group_q4_0_pf, 16, 8, RLXC_X16_STREAMS)
 static RLXC_DEFINE_MATVEC_X16(matvec_q8_0x16_pf, x16_group_q8_0_pf, 32, 128, RLXC_X16_STREAMS)
 
-void rlxc_matvec_q4_0x16_avx512(float *y, const void *w, const void *x, int G, int K) {
-    (rlxc_x16_intel_tuned() ? matvec_q4_0x16_pf : matvec_q4_0x16)(y, w, x, G, K);
-}
-void rlxc_matvec_q8_0x16_avx512(float *y, const void *w, const void *x, int G, int K) {
-    (rlxc_x16_intel_tuned() ? matvec_q8_0x16_pf : matvec_q8_0x16)(y, w, x, G, K);
-}
+RLXC_DEFINE_X16_BY_VENDOR(rlxc_matvec_q4_0x16_avx512, matvec_q4_0x16_pf, matvec_q4_0x16)
+RLXC_DEFINE_X16_BY_VENDOR(rlxc_matvec_q8_0x16_avx512, matvec_q8_0x16_pf, matvec_q8_0x16)
