@@ -23,7 +23,7 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g"]
 X86_DIRS = {
     "kernels_avx2": ["-O3", "-mavx2", "-mfma", "-mf16c"],
     "kernels_avx512": ["-O3", "-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl",
-                       "-mavx512dq", "-mavx512vnni"],
+                       "-mavx512dq", "-mavx512vnni", "-mamx-tile", "-mamx-int8"],
 }
 # Plain ARMv8.0 so the module runs on every aarch64 CPU: the dotprod kernels carry their own
 # target attribute and are chosen at run time from HWCAP (kernels_neon/table.c).

@@ -1,12 +1,14 @@
 #!/bin/bash
-# Is llama.cpp's prefill on the device's Xeon its AMX path? Whole in one command (~6 minutes on 16
-# cores), from the checkout's root:
-#   bash benchmarks/device_amx.sh DIR [threads, default 1,4,16] [rounds, default 2]
+# rlxc's AMX GEMMs on the device's Xeon, whole in one command (~9 minutes on 16 cores), from the
+# checkout's root:
+#   bash benchmarks/device_amx.sh DIR [threads, default 1,4,16] [runs, default 3]
 # DIR (ignored by git, named in the device tool's carry) holds rlxc.tgz, llamacpp.tgz and the
-# libsleef debs (see device_table.sh). Runs benchmarks/amx_probe.c (does AMX run here, one core's
-# int8 tile rate), builds llama-bench twice (GGML_NATIVE=ON as is, and with the AMX ISA switched
-# off), writes the random Llama Q4_0 (4 layers), then pp512 of both builds, taking turns.
-D=$(cd "$1" && pwd); T=${2:-1,4,16}; ROUNDS=${3:-2}; W=/tmp/w; mkdir -p $W /tmp/sleef
+# libsleef debs (see device_table.sh). In order: benchmarks/amx_probe.c (does AMX run here, one
+# core's int8 tile rate); the C kernel test of the avx512 table (without AMX, then with); the
+# kernel bench's GEMM rates with RLXC_AMX=0 and 1 on 1 thread; llama-bench built as is (GGML_NATIVE:
+# AMX) and with the AMX ISA switched off, pp512 of both; then vs_llama_bench.py on the random Llama
+# Q4_0 (4 layers) against the AMX build, rlxc with RLXC_AMX=1 and =0. Everything also goes to $OUT.
+D=$(cd "$1" && pwd); T=${2:-1,4,16}; RUNS=${3:-3}; W=/tmp/w; OUT=${OUT:-$W}; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)"; echo "AMX flags: $(grep -o 'amx[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 gcc -O2 -mamx-tile -mamx-int8 benchmarks/amx_probe.c -o $W/amx_probe && $W/amx_probe
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -24,15 +26,27 @@ build build-amx & P1=$!
 build build-noamx "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
   "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" & P2=$!
 mkdir -p $W/rlxc && tar xzf $D/rlxc.tgz -C $W/rlxc
+(cd $W/rlxc && OUT=$W/kt bash tests/build_kernel_test.sh avx512 2>&1 | grep -v "^PASS" | tee $OUT/kernel_test.txt)
 (cd $W/rlxc && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_rlxc . >$W/pip.log 2>&1) ||
     { tail $W/pip.log; exit 1; }
-PYTHONPATH=$W/llama.cpp/gguf-py:$W/pkg_rlxc python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
+export PYTHONPATH=$W/llama.cpp/gguf-py:$W/pkg_rlxc
+python3 -c "import rlxc; print('rlxc cpu_info:', rlxc.cpu_info())"
+for a in 0 1; do
+  echo "-- kernel bench, RLXC_AMX=$a"
+  (cd $W/rlxc && RLXC_AMX=$a python3 benchmarks/kernels.py --threads 1 --rounds 1 --seconds 0.2 avx512 2>&1 |
+     sed -n '/GEMM T/,$p' | tee $OUT/kbench_amx$a.txt)
+done
+python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
 wait $P1 $P2
 for b in build-amx build-noamx; do ls $W/llama.cpp/$b/bin/llama-bench >/dev/null || { tail $W/$b.log; exit 1; }; done
 echo "== built at $SECONDS s"
-for r in $(seq $ROUNDS); do for b in build-amx build-noamx; do
-  echo "-- round $r $b"
-  $W/llama.cpp/$b/bin/llama-bench -m $W/m.gguf -p 512 -n 0 -t $T -r 3 -o md 2>$W/err.txt | grep -E "^\| llama|^\| model"
-  grep -iE "amx|repack" $W/err.txt | sort -u | head -5
-done; done
+for b in build-amx build-noamx; do
+  echo "-- llama.cpp $b"
+  $W/llama.cpp/$b/bin/llama-bench -m $W/m.gguf -p 512 -n 0 -t $T -r 3 -o md 2>$W/err.txt | grep -E "^\| llama|^\| model" | tee $OUT/llama_$b.md
+done
+B="--llama-bench $W/llama.cpp/build-amx/bin/llama-bench --threads ${T//,/ } --runs $RUNS --tg 32"
+for a in 1 0; do
+  echo "-- vs_llama_bench, rlxc with RLXC_AMX=$a"
+  RLXC_AMX=$a python3 $W/rlxc/benchmarks/vs_llama_bench.py --model $W/m.gguf $B 2>$OUT/vs_amx$a.err | tee $OUT/vs_amx$a.md
+done
 echo "== end at $SECONDS s"

@@ -437,6 +437,12 @@ typedef struct rlxc_kernels {
  * the CPU, or (-1) choose again from the CPU and RLXC_X16_INTEL (kernels_avx2/avx2.h): the kernel
  * test covers both on any host. */
 void rlxc_x16_set_intel_tuned(int on);
+/* x86: whether the AVX-512 Q4_0 / Q5_0 / Q8_0 GEMMs use AMX tiles: the CPU has AMX-INT8, the OS
+ * granted the process its state, and RLXC_AMX is not 0 (kernels_avx512/amx.c). set_enabled makes
+ * them use the tiles where the CPU and OS allow (1), not (0), or (-1) as RLXC_AMX says, and returns
+ * whether they will. */
+int rlxc_amx_usable(void);
+int rlxc_amx_set_enabled(int on);
 /* The products on repacked rows (rlxc_wtype_kernels.matvec_x16 / matmul_x16), where an ISA has them. */
 #define RLXC_DECLARE_X16_1(type, sfx)                                                            \
     void rlxc_matvec_##type##x16_##sfx(float *y, const void *w, const void *x, int G, int K); \

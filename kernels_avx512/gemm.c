@@ -226,6 +226,94 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
     }
 }
 
+/* ---- AMX: a block of 16 tokens x 16 rows in one tile product ----
+ * TDPBSSD multiplies a tile of 16 tokens' 32 activation bytes of one block (a row per token) by
+ * a half above as it lies (8 rows of 64 bytes, lane r of row g holding row r's bytes 4g .. 4g + 3:
+ * AMX's layout for B), giving the block's 16 x 16 int32 dots in one instruction where il_tile
+ * takes 128 vpdpbusd. The scales are then applied as il_tile applies them, in the same order, so
+ * the outputs are bit-identical. TDPBSSD's operands are both signed: il_amx_signed takes the
+ * offset back out of the packed quants once per panel, and no bias is added. il_gemm.h runs every
+ * token through il_amx_tile where il_amx_begin returns 1. */
+#define IL_AMX_T 16
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+static int il_amx_begin(void) {
+    if (!rlxc_amx_usable()) return 0;
+    /* tiles 0, 1: 16 tokens x 32 bytes; 2, 3: 8 x 64 weight bytes; 4, 5: 16 x 16 int32 (two blocks) */
+    amx_config c = {.palette = 1};
+    for (int i = 0; i < 2; i++) {
+        c.rows[i] = 16, c.colsb[i] = 32;
+        c.rows[2 + i] = 8, c.colsb[2 + i] = 64;
+        c.rows[4 + i] = 16, c.colsb[4 + i] = 64;
+    }
+    /* the intrinsic tells the compiler that ldtilecfg reads 8 of the 64 bytes */
+    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&c);
+    return 1;
+}
+
+static void il_amx_end(void) { _tile_release(); }
+
+static void il_amx_signed(il_block *blocks, size_t n, int weight_offset) {
+    const __m512i off = _mm512_set1_epi8((char)weight_offset);
+    for (size_t i = 0; i < n; i++)
+        for (int h = 0; h < 2; h++)
+            for (int g = 0; g < 8; g++) blocks[i].h[h].w[g] = _mm512_sub_epi8(blocks[i].h[h].w[g], off);
+}
+
+/* acc[t] += dots[t] * (dw * dx[t * nb]) for 16 tokens, dots[t] = 16 rows' int32 dots of token t */
+RLXC_INLINE void amx_scale_block(__m512 acc[16], const int32_t *dots, __m512 dw, const float *dx, int nb) {
+    RLXC_UNROLL for (int t = 0; t < 16; t++) {
+        const __m512 d = _mm512_set1_ps(dx[(size_t)t * nb]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots + 16 * t)), _mm512_mul_ps(dw, d), acc[t]);
+    }
+}
+
+/* 32 rows x 16 tokens (of which the first `count` are stored): y[t * ldy + r] for r < nr; x and dx
+ * as il_tile's, with 16 tokens' rows behind them (il_gemm.h pads the last ones). Two blocks at a
+ * time, so that one tile product runs while the other's dots are scaled. */
+static void il_amx_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const float *dx, int nb, int nr,
+                        int count) {
+    const size_t xs = (size_t)nb * sizeof(block_q8_0);
+    int32_t dots[2][256] __attribute__((aligned(64)));
+    __asm__ volatile("" ::: "memory"); /* the tile loads below read the packed panel and x */
+    for (int h = 0; h < 2 && 16 * h < nr; h++) {
+        __m512 acc[16];
+        RLXC_UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+        int b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            _tile_loadd(0, x[b].qs, xs);
+            _tile_loadd(2, wp[b].h[h].w, 64);
+            _tile_zero(4);
+            _tile_dpbssd(4, 0, 2);
+            _tile_loadd(1, x[b + 1].qs, xs);
+            _tile_loadd(3, wp[b + 1].h[h].w, 64);
+            _tile_zero(5);
+            _tile_dpbssd(5, 1, 3);
+            _tile_stored(4, dots[0], 64);
+            _tile_stored(5, dots[1], 64);
+            amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb);
+            amx_scale_block(acc, dots[1], wp[b + 1].h[h].d, dx + b + 1, nb);
+        }
+        if (b < nb) {
+            _tile_loadd(0, x[b].qs, xs);
+            _tile_loadd(2, wp[b].h[h].w, 64);
+            _tile_zero(4);
+            _tile_dpbssd(4, 0, 2);
+            _tile_stored(4, dots[0], 64);
+            amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb);
+        }
+        const int n = nr - 16 * h;
+        const __mmask16 m = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+        for (int t = 0; t < count; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16 * h, m, acc[t]);
+    }
+}
+
 #include "../kernels_avx2/il_gemm.h"
 
 /* The interleaved GEMM of a type for T >= IL_MIN_T, else (or out of memory) the one-row

@@ -910,7 +910,7 @@ static int run_big(const char *isa) {
 
 #define N_RESULTS (2 * N_WKINDS + 19)
 
-static int run_isa(const char *isa) {
+static int run_isa_once(const char *isa) {
     const rlxc_kernels *k = table_or_skip(isa);
     if (!k) return 0;
     result res[N_RESULTS];
@@ -929,6 +929,24 @@ static int run_isa(const char *isa) {
     test_attn_block(r, k), r += 3;
     test_elementwise(r, k);
     return report(k, res, N_RESULTS);
+}
+
+/* AVX-512 twice where AMX is usable: its Q4_0 / Q5_0 / Q8_0 GEMMs without the tiles, then with. */
+static int run_isa(const char *isa) {
+#if defined(__x86_64__)
+    if (!strcmp(isa, "avx512")) {
+        rlxc_amx_set_enabled(0);
+        int bad = run_isa_once(isa);
+        if (rlxc_amx_set_enabled(1)) {
+            printf("avx512 again, the GEMMs on AMX tiles:\n");
+            bad += run_isa_once(isa);
+        } else
+            printf("(AMX not usable here: the avx512 GEMMs ran on AVX-512 alone)\n");
+        rlxc_amx_set_enabled(-1);
+        return bad;
+    }
+#endif
+    return run_isa_once(isa);
 }
 
 int main(int argc, char **argv) {

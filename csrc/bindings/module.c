@@ -15,8 +15,14 @@ static PyObject *cpu_info(PyObject *self, PyObject *noargs) {
         if (!s || PyList_Append(avail, s)) { Py_XDECREF(s); Py_DECREF(avail); return NULL; }
         Py_DECREF(s);
     }
-    return Py_BuildValue("{s:s,s:s,s:N,s:i}", "features", rlxc_cpu_features(), "isa", rlxc_kernels_active()->isa,
-                         "available_isas", avail, "default_threads", rlxc_threads_default());
+#if defined(__x86_64__)
+    const int amx = rlxc_amx_usable();
+#else
+    const int amx = 0;
+#endif
+    return Py_BuildValue("{s:s,s:s,s:N,s:i,s:O}", "features", rlxc_cpu_features(), "isa", rlxc_kernels_active()->isa,
+                         "available_isas", avail, "default_threads", rlxc_threads_default(), "amx",
+                         amx ? Py_True : Py_False);
 }
 
 static PyObject *set_isa(PyObject *self, PyObject *arg) {

@@ -37,7 +37,8 @@ __version__ = "0.1.0"
 
 
 def cpu_info() -> dict[str, _Any]:
-    """CPU features, the active kernel ISA and the ISAs this build can run here."""
+    """CPU features, the active kernel ISA, the ISAs this build can run here, the default thread
+    count, and whether the AVX-512 GEMMs use AMX tiles (``amx``; ``RLXC_AMX=0`` turns them off)."""
     return _rlxc.cpu_info()
 
 

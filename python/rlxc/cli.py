@@ -255,6 +255,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "isa": info["isa"],
         "available_isas": list(info["available_isas"]),
         "default_threads": info.get("default_threads"),
+        "amx": info.get("amx", False),
         "rlxc_isa_env": os.environ.get("RLXC_ISA"),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "weight_types": sorted(engine_wtypes()),
@@ -276,6 +277,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"CPU features:    {data['features'] or '(none detected)'}")
     isa_note = f"; forced by RLXC_ISA={data['rlxc_isa_env']}" if data["rlxc_isa_env"] else ""
     print(f"kernel ISA:      {data['isa']} (available: {', '.join(data['available_isas'])}{isa_note})")
+    if data["amx"]:
+        print("AMX tiles:       on for the Q4_0 / Q5_0 / Q8_0 GEMMs of the avx512 kernels (RLXC_AMX=0: off)")
     thr_note = f" (OMP_NUM_THREADS={data['omp_num_threads_env']})" if data["omp_num_threads_env"] else \
         " (physical cores in the affinity mask)"
     print(f"default threads: {data['default_threads']}{thr_note}")
