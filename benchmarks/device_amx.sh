@@ -50,4 +50,6 @@ for a in 1 0; do
   echo "-- vs_llama_bench, rlxc with RLXC_AMX=$a"
   RLXC_AMX=$a python3 $W/rlxc/benchmarks/vs_llama_bench.py --model $W/m.gguf $B 2>$OUT/vs_amx$a.err | tee $OUT/vs_amx$a.md
 done
+echo "-- where a 16-thread prefill spends its time, RLXC_AMX=1"
+python3 $W/rlxc/benchmarks/profile_stages.py $W/m.gguf --threads 16 --pp 512 --tg 8 --rounds 2 2>&1 | tee $OUT/profile16.txt
 echo "== end at $SECONDS s"
