@@ -14,11 +14,10 @@
  *   il_tile(y, ldy, wp, x, bias, dx, nb, nr, C): y[t * ldy + r] for r < nr, t < C (constant),
  * where bias[t * nb + b] = -weight_offset * (sum of token t's block b) and dx its scale.
  *
- * An includer that defines IL_AMX_T (kernels_avx512/gemm.c) also provides il_amx_begin() (1 if this
- * thread's tiles are configured, else 0), il_amx_end(), il_amx_signed(blocks, n, weight_offset)
- * and il_amx_tile(y, ldy, wp, x, dx, nb, nr, count) over IL_AMX_T tokens; where il_amx_begin
- * returns 1, every token goes through il_amx_tile, the last T % IL_AMX_T through a zero-padded
- * copy of their activations. */
+ * An includer that defines IL_AMX_T (kernels_avx512/gemm.c) also provides il_amx_begin(tail) (1
+ * if this thread's tiles are configured for groups of IL_AMX_T tokens and a last one of tail, else
+ * 0), il_amx_end(), il_amx_signed(blocks, n, weight_offset) and il_amx_tile(y, ldy, wp, x, dx, nb,
+ * nr, count) over count tokens; where il_amx_begin returns 1, every token goes through il_amx_tile. */
 
 #define IL_TCHUNK 64
 #define IL_PANEL_BYTES (384 << 10)
@@ -59,32 +58,17 @@ static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, const
     panel = panel < 1 ? 1 : panel > n_tiles ? n_tiles : panel;
     const size_t wp_bytes = (panel * tile_bytes + 63) / 64 * 64, n_terms = (size_t)T * nb;
 #ifdef IL_AMX_T
-    _Static_assert(IL_TCHUNK % IL_AMX_T == 0, "only the last chunk ends in a partial AMX tile");
-    const int amx = il_amx_begin(), tail = amx ? T % IL_AMX_T : 0;
-    const size_t pad_blocks = tail ? (size_t)IL_AMX_T * nb : 0;
+    _Static_assert(IL_TCHUNK % IL_AMX_T == 0, "only the last chunk ends in a partial AMX group");
+    const int amx = il_amx_begin(T % IL_AMX_T);
 #else
     const int amx = 0;
-    const size_t pad_blocks = 0;
 #endif
-    il_block *wp = rlxc_thread_scratch(wp_bytes + (n_terms + pad_blocks) * (sizeof(int32_t) + sizeof(float)) +
-                                       pad_blocks * sizeof(block_q8_0));
+    il_block *wp = rlxc_thread_scratch(wp_bytes + n_terms * (sizeof(int32_t) + (terms ? 0 : sizeof(float))));
     int32_t *bias = wp ? (int32_t *)((char *)wp + wp_bytes) : NULL;
     const float *dx = terms ? terms->d : wp ? (float *)(bias + n_terms) : NULL;
     const int ok = wp != NULL;
     if (ok && terms && !amx) il_block_bias(bias, terms->sum, n_terms, weight_offset);
     else if (ok && !terms) il_block_terms(bias, (float *)dx, xq, n_terms, weight_offset);
-#ifdef IL_AMX_T
-    /* the last tokens' activations and scales, then zeros, up to IL_AMX_T tokens */
-    float *dx_pad = ok ? (float *)(bias + n_terms) + n_terms : NULL;
-    block_q8_0 *x_pad = ok ? (block_q8_0 *)(dx_pad + pad_blocks) : NULL;
-    if (ok && tail) {
-        const size_t from = (size_t)(T - tail) * nb, n_tail = (size_t)tail * nb;
-        memcpy(x_pad, xq + from, n_tail * sizeof(block_q8_0));
-        memset(x_pad + n_tail, 0, (pad_blocks - n_tail) * sizeof(block_q8_0));
-        memcpy(dx_pad, dx + from, n_tail * sizeof(float));
-        memset(dx_pad + n_tail, 0, (pad_blocks - n_tail) * sizeof(float));
-    }
-#endif
     for (int p0 = 0; ok && p0 < n_tiles; p0 += panel) {
         const int p1 = p0 + panel < n_tiles ? p0 + panel : n_tiles;
         for (int p = p0; p < p1; p++)
@@ -99,11 +83,9 @@ static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, const
                 const int n = p * IL_ROWS, nr = N - n < IL_ROWS ? N - n : IL_ROWS;
                 int t = t0;
 #ifdef IL_AMX_T
-                for (; amx && t < t1; t += IL_AMX_T) {
-                    const int c = t1 - t < IL_AMX_T ? t1 - t : IL_AMX_T;
-                    il_amx_tile(y + (size_t)t * ldy + n, ldy, tile, c < IL_AMX_T ? x_pad : xq + (size_t)t * nb,
-                                c < IL_AMX_T ? dx_pad : dx + (size_t)t * nb, nb, nr, c);
-                }
+                for (; amx && t < t1; t += IL_AMX_T)
+                    il_amx_tile(y + (size_t)t * ldy + n, ldy, tile, xq + (size_t)t * nb, dx + (size_t)t * nb, nb, nr,
+                                t1 - t < IL_AMX_T ? t1 - t : IL_AMX_T);
 #endif
 #define IL_TILES(C)                                                                                       \
     for (; t + (C) <= t1; t += (C))                                                                        \

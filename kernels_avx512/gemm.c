@@ -235,6 +235,7 @@ RLXC_INLINE void il_tile(float *y, int ldy, const il_block *wp, const block_q8_0
  * offset back out of the packed quants once per panel, and no bias is added. il_gemm.h runs every
  * token through il_amx_tile where il_amx_begin returns 1. */
 #define IL_AMX_T 16
+#define AMX_UNROLL _Pragma("GCC unroll 16") /* the 16 accumulators stay in registers */
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -242,15 +243,18 @@ typedef struct {
     uint8_t rows[16];
 } amx_config;
 
-static int il_amx_begin(void) {
+/* tail: how many tokens the last group has (T % IL_AMX_T), 0 if none. */
+static int il_amx_begin(int tail) {
     if (!rlxc_amx_usable()) return 0;
-    /* tiles 0, 1: 16 tokens x 32 bytes; 2, 3: 8 x 64 weight bytes; 4, 5: 16 x 16 int32 (two blocks) */
+    /* tiles 0, 1: 16 tokens x 32 bytes (two blocks); 2, 3: 8 x 64 weight bytes; 4, 5: 16 x 16
+     * int32; 6, 7: the last group's activations and dots, `tail` rows */
     amx_config c = {.palette = 1};
     for (int i = 0; i < 2; i++) {
         c.rows[i] = 16, c.colsb[i] = 32;
         c.rows[2 + i] = 8, c.colsb[2 + i] = 64;
         c.rows[4 + i] = 16, c.colsb[4 + i] = 64;
     }
+    if (tail) c.rows[6] = c.rows[7] = (uint8_t)tail, c.colsb[6] = 32, c.colsb[7] = 64;
     /* the intrinsic tells the compiler that ldtilecfg reads 8 of the 64 bytes */
     __asm__ volatile("" ::: "memory");
     _tile_loadconfig(&c);
@@ -266,17 +270,27 @@ static void il_amx_signed(il_block *blocks, size_t n, int weight_offset) {
             for (int g = 0; g < 8; g++) blocks[i].h[h].w[g] = _mm512_sub_epi8(blocks[i].h[h].w[g], off);
 }
 
-/* acc[t] += dots[t] * (dw * dx[t * nb]) for 16 tokens, dots[t] = 16 rows' int32 dots of token t */
-RLXC_INLINE void amx_scale_block(__m512 acc[16], const int32_t *dots, __m512 dw, const float *dx, int nb) {
-    RLXC_UNROLL for (int t = 0; t < 16; t++) {
+/* Tile tc = the dots of the activation rows at x (stride xs) loaded into ta and the weights at w
+ * loaded into tb. */
+#define AMX_PRODUCT(ta, tb, tc, x, xs, w) \
+    do {                                  \
+        _tile_loadd(ta, x, xs);           \
+        _tile_loadd(tb, w, 64);           \
+        _tile_zero(tc);                   \
+        _tile_dpbssd(tc, ta, tb);         \
+    } while (0)
+
+/* acc[t] += dots[t] * (dw * dx[t * nb]) for the first n tokens, dots[t] = 16 rows' int32 dots */
+RLXC_INLINE void amx_scale_block(__m512 acc[16], const int32_t *dots, __m512 dw, const float *dx, int nb, int n) {
+    AMX_UNROLL for (int t = 0; t < 16; t++) if (t < n) {
         const __m512 d = _mm512_set1_ps(dx[(size_t)t * nb]);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots + 16 * t)), _mm512_mul_ps(dw, d), acc[t]);
     }
 }
 
-/* 32 rows x 16 tokens (of which the first `count` are stored): y[t * ldy + r] for r < nr; x and dx
- * as il_tile's, with 16 tokens' rows behind them (il_gemm.h pads the last ones). Two blocks at a
- * time, so that one tile product runs while the other's dots are scaled. */
+/* 32 rows x `count` tokens (IL_AMX_T, or the last group's tail as il_amx_begin was told):
+ * y[t * ldy + r] for r < nr; x and dx as il_tile's. Full groups take two blocks at a time, so
+ * that out-of-order execution can overlap one pair's tile products with the last pair's scaling. */
 static void il_amx_tile(float *y, int ldy, const il_block *wp, const block_q8_0 *x, const float *dx, int nb, int nr,
                         int count) {
     const size_t xs = (size_t)nb * sizeof(block_q8_0);
@@ -284,33 +298,31 @@ static void il_amx_tile(float *y, int ldy, const il_block *wp, const block_q8_0 
     __asm__ volatile("" ::: "memory"); /* the tile loads below read the packed panel and x */
     for (int h = 0; h < 2 && 16 * h < nr; h++) {
         __m512 acc[16];
-        RLXC_UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+        AMX_UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
         int b = 0;
-        for (; b + 2 <= nb; b += 2) {
-            _tile_loadd(0, x[b].qs, xs);
-            _tile_loadd(2, wp[b].h[h].w, 64);
-            _tile_zero(4);
-            _tile_dpbssd(4, 0, 2);
-            _tile_loadd(1, x[b + 1].qs, xs);
-            _tile_loadd(3, wp[b + 1].h[h].w, 64);
-            _tile_zero(5);
-            _tile_dpbssd(5, 1, 3);
-            _tile_stored(4, dots[0], 64);
-            _tile_stored(5, dots[1], 64);
-            amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb);
-            amx_scale_block(acc, dots[1], wp[b + 1].h[h].d, dx + b + 1, nb);
-        }
-        if (b < nb) {
-            _tile_loadd(0, x[b].qs, xs);
-            _tile_loadd(2, wp[b].h[h].w, 64);
-            _tile_zero(4);
-            _tile_dpbssd(4, 0, 2);
-            _tile_stored(4, dots[0], 64);
-            amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb);
-        }
+        if (count == IL_AMX_T) {
+            for (; b + 2 <= nb; b += 2) {
+                AMX_PRODUCT(0, 2, 4, x[b].qs, xs, wp[b].h[h].w);
+                AMX_PRODUCT(1, 3, 5, x[b + 1].qs, xs, wp[b + 1].h[h].w);
+                _tile_stored(4, dots[0], 64);
+                _tile_stored(5, dots[1], 64);
+                amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, IL_AMX_T);
+                amx_scale_block(acc, dots[1], wp[b + 1].h[h].d, dx + b + 1, nb, IL_AMX_T);
+            }
+            if (b < nb) {
+                AMX_PRODUCT(0, 2, 4, x[b].qs, xs, wp[b].h[h].w);
+                _tile_stored(4, dots[0], 64);
+                amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, IL_AMX_T);
+            }
+        } else
+            for (; b < nb; b++) {
+                AMX_PRODUCT(6, 2, 7, x[b].qs, xs, wp[b].h[h].w);
+                _tile_stored(7, dots[0], 64);
+                amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, count);
+            }
         const int n = nr - 16 * h;
         const __mmask16 m = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
-        for (int t = 0; t < count; t++) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16 * h, m, acc[t]);
+        AMX_UNROLL for (int t = 0; t < 16; t++) if (t < count) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16 * h, m, acc[t]);
     }
 }
 
