@@ -223,3 +223,37 @@ def test_reset_keeps_the_engine_unless_a_ple_entry_was_replaced():
     model.reset()
     assert model.engine is not engine
     assert not np.allclose(model.prefill(ids, logits="last"), before)
+
+
+def _amx_in_a_plain_process() -> bool:
+    """Whether a process without pytest's faulthandler signal stack gets the AMX tiles (Linux
+    refuses them to a process whose signal stack is too small for their signal frame)."""
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", "import rlxc; print(rlxc.cpu_info()['amx'])"], capture_output=True,
+                       text=True, timeout=120)
+    return r.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("weights", ["q4_0", "q8_0"])
+def test_amx_gemms_bit_identical_with_avx512(weights, tmp_path):
+    """On an AMX CPU, prefill logits of 40 tokens (two full tile groups and a last one of 8) are the
+    same bit for bit with the tiles as with RLXC_AMX=0; skipped where AMX is not usable."""
+    import os
+    import subprocess
+    if "avx512" not in rlxc.cpu_info()["available_isas"] or not _amx_in_a_plain_process():
+        pytest.skip("AMX tiles are not usable here")
+    code = ("import sys; import numpy as np, rlxc; sys.path.insert(0, sys.argv[2]); "
+            "from test_hf_parity import build, token_ids; "
+            f"m = rlxc.from_hf(build('llama'), weights='{weights}', max_seq=64); "
+            "np.save(sys.argv[1], m.prefill(token_ids(40))); print(rlxc.cpu_info()['amx'])")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    got = {}
+    for amx in ("1", "0"):
+        out = str(tmp_path / f"amx{amx}.npy")
+        env = dict(os.environ, RLXC_ISA="avx512", RLXC_AMX=amx)
+        r = subprocess.run([sys.executable, "-c", code, out, tests], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.strip() == ("True" if amx == "1" else "False")
+        got[amx] = np.load(out)
+    np.testing.assert_array_equal(got["1"], got["0"])
