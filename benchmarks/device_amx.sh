@@ -9,7 +9,8 @@
 # random Llama Q4_0 (4 layers) against llama-bench built with GGML_NATIVE (on an AMX CPU its
 # Q4_0 / Q8_0 / K-quant GEMMs take ggml's AMX buffer type: ggml-cpu/amx), rlxc with RLXC_AMX=1
 # and =0; last a 16-thread prefill profile. LLAMA_NOAMX=1 also builds llama-bench with the AMX
-# ISA switched off and runs its pp512. Everything also goes to $OUT.
+# ISA switched off and runs its pp512; QUICK=1 builds no llama.cpp and only profiles rlxc's prefill
+# with RLXC_AMX=1 and 0 after the kernel test (~3 minutes). Everything also goes to $OUT.
 D=$(cd "$1" && pwd); T=${2:-1,4,16}; RUNS=${3:-3}; W=/tmp/w; OUT=${OUT:-$W}; mkdir -p $W /tmp/sleef
 lscpu | grep -E "Model name|^CPU\(s\)"; echo "AMX flags: $(grep -o 'amx[a-z0-9_]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 gcc -O2 -mamx-tile -mamx-int8 benchmarks/amx_probe.c -o $W/amx_probe && $W/amx_probe
@@ -24,7 +25,8 @@ build() {  # $1: build folder, then extra cmake arguments
      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null 2>&1 &&
      nice cmake --build $b -j$J --target llama-bench >$W/$b.log 2>&1)
 }
-BUILDS=build-amx; build build-amx & P1=$!; P2=
+BUILDS=build-amx; P1=; P2=
+[ -z "$QUICK" ] && { build build-amx & P1=$!; }
 if [ -n "$LLAMA_NOAMX" ]; then
   BUILDS="build-amx build-noamx"
   build build-noamx "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
@@ -44,6 +46,14 @@ for a in ${KBENCH:-0 1}; do  # KBENCH=" " skips the kernel bench
      sed -n '/GEMM T/,$p' | tee $OUT/kbench_amx$a.txt)
 done
 python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
+if [ -n "$QUICK" ]; then  # QUICK=1: no llama.cpp, rlxc's prefill stages with the tiles and without
+  for a in 1 0; do
+    echo "-- rlxc prefill, RLXC_AMX=$a"
+    RLXC_AMX=$a python3 $W/rlxc/benchmarks/profile_stages.py $W/m.gguf --threads ${T//,/ } --pp 512 --tg 4 --rounds 3 2>&1 |
+      grep -vE "^(other|embed|heads|team|lm_head) " | tee $OUT/quick_amx$a.txt
+  done
+  echo "== end at $SECONDS s"; exit 0
+fi
 wait $P1 $P2
 for b in $BUILDS; do ls $W/llama.cpp/$b/bin/llama-bench >/dev/null || { tail $W/$b.log; exit 1; }; done
 echo "== built at $SECONDS s"
