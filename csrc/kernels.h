@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "rlxc.h"
 
@@ -433,6 +434,11 @@ typedef struct rlxc_kernels {
     void rlxc_add_##sfx(float *y, const float *a, int n);                                                      \
     void rlxc_scale_##sfx(float *y, float s, int n);                                                           \
     void rlxc_softcap_##sfx(float *y, float cap, int n);
+/* An on/off switch from the environment: 1 or 0 where the variable is exactly "1" or "0", else dflt. */
+static inline int rlxc_env_switch(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] == '1' : dflt;
+}
 /* x86: make the x16 decode kernels take their Intel-tuned variants (1) or the others (0) whatever
  * the CPU, or (-1) choose again from the CPU and RLXC_X16_INTEL (kernels_avx2/avx2.h): the kernel
  * test covers both on any host. */

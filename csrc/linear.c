@@ -122,8 +122,7 @@ static int repack_enabled(void) {
     static int on = -1; /* threads of several pipelines may ask at once: same answer, atomic reads */
     int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *e = getenv("RLXC_REPACK");
-        v = !(e && !strcmp(e, "0"));
+        v = rlxc_env_switch("RLXC_REPACK", 1);
         __atomic_store_n(&on, v, __ATOMIC_RELAXED);
     }
     return v;

@@ -1,6 +1,5 @@
 /* AVX2 quantized kernels: activation quantization to Q8_0 and Q4_0/Q8_0 weights times
  * Q8_0 activations (matvec and blocked GEMM). */
-#include <stdlib.h>
 
 #include "avx2.h"
 
@@ -180,8 +179,7 @@ static int x16_intel = -1; /* threads may ask at once: same answer, atomic reads
 int rlxc_x16_intel_tuned(void) {
     int v = __atomic_load_n(&x16_intel, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *e = getenv("RLXC_X16_INTEL");
-        v = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] == '1' : __builtin_cpu_is("intel");
+        v = rlxc_env_switch("RLXC_X16_INTEL", __builtin_cpu_is("intel"));
         __atomic_store_n(&x16_intel, v, __ATOMIC_RELAXED);
     }
     return v;

@@ -3,7 +3,6 @@
  * refuses where a thread's signal stack is too small for the larger signal frame. */
 #define _GNU_SOURCE /* syscall */
 #include <cpuid.h>
-#include <stdlib.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,8 +28,7 @@ static int amx_granted(void) {
 int rlxc_amx_usable(void) {
     int v = __atomic_load_n(&amx_state, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *e = getenv("RLXC_AMX");
-        v = e && e[0] == '0' && !e[1] ? 0 : amx_granted();
+        v = rlxc_env_switch("RLXC_AMX", 1) ? amx_granted() : 0;
         __atomic_store_n(&amx_state, v, __ATOMIC_RELAXED);
     }
     return v;
