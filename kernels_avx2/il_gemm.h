@@ -22,19 +22,21 @@
 #define IL_TCHUNK 64
 #define IL_PANEL_BYTES (384 << 10)
 
-/* bias[i] = -weight_offset * (sum of block i's quants), dx[i] its scale, for calls without the
- * stage's rlxc_q8_terms (in AVX2: the compiler's loop of it cost ~4 % of a 16-thread share of a
- * prefill's down projection, one horizontal sum per block). */
+/* bias[i] = -weight_offset * (sum of block i's quants) (none if bias is NULL: the AMX tiles need
+ * no bias), dx[i] its scale, for calls without the stage's rlxc_q8_terms (in AVX2: the compiler's
+ * loop of it cost ~4 % of a 16-thread share of a prefill's down projection, one horizontal sum per
+ * block). */
 static void il_block_terms(int32_t *bias, float *dx, const block_q8_0 *xq, size_t n, int weight_offset) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (size_t i = 0; i < n; i++) {
+        dx[i] = rlxc_h2f(xq[i].d);
+        if (!bias) continue;
         const __m256i q = _mm256_loadu_si256((const __m256i *)xq[i].qs);
         const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
         bias[i] = -weight_offset * _mm_cvtsi128_si32(s);
-        dx[i] = rlxc_h2f(xq[i].d);
     }
 }
 
@@ -68,7 +70,7 @@ static int il_gemm(float *y, int ldy, const void *w, const block_q8_0 *xq, const
     const float *dx = terms ? terms->d : wp ? (float *)(bias + n_terms) : NULL;
     const int ok = wp != NULL;
     if (ok && terms && !amx) il_block_bias(bias, terms->sum, n_terms, weight_offset);
-    else if (ok && !terms) il_block_terms(bias, (float *)dx, xq, n_terms, weight_offset);
+    else if (ok && !terms) il_block_terms(amx ? NULL : bias, (float *)dx, xq, n_terms, weight_offset);
     for (int p0 = 0; ok && p0 < n_tiles; p0 += panel) {
         const int p1 = p0 + panel < n_tiles ? p0 + panel : n_tiles;
         for (int p = p0; p < p1; p++)

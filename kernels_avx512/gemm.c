@@ -300,7 +300,7 @@ static void il_amx_tile(float *y, int ldy, const il_block *wp, const block_q8_0 
         __m512 acc[16];
         AMX_UNROLL for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
         int b = 0;
-        if (count == IL_AMX_T) {
+        if (count == IL_AMX_T)
             for (; b + 2 <= nb; b += 2) {
                 AMX_PRODUCT(0, 2, 4, x[b].qs, xs, wp[b].h[h].w);
                 AMX_PRODUCT(1, 3, 5, x[b + 1].qs, xs, wp[b + 1].h[h].w);
@@ -309,17 +309,16 @@ static void il_amx_tile(float *y, int ldy, const il_block *wp, const block_q8_0 
                 amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, IL_AMX_T);
                 amx_scale_block(acc, dots[1], wp[b + 1].h[h].d, dx + b + 1, nb, IL_AMX_T);
             }
-            if (b < nb) {
+        for (; b < nb; b++) { /* a full group's odd last block, or every block of the tail group */
+            if (count == IL_AMX_T) {
                 AMX_PRODUCT(0, 2, 4, x[b].qs, xs, wp[b].h[h].w);
                 _tile_stored(4, dots[0], 64);
-                amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, IL_AMX_T);
-            }
-        } else
-            for (; b < nb; b++) {
+            } else {
                 AMX_PRODUCT(6, 2, 7, x[b].qs, xs, wp[b].h[h].w);
                 _tile_stored(7, dots[0], 64);
-                amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, count);
             }
+            amx_scale_block(acc, dots[0], wp[b].h[h].d, dx + b, nb, count);
+        }
         const int n = nr - 16 * h;
         const __mmask16 m = n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
         AMX_UNROLL for (int t = 0; t < 16; t++) if (t < count) _mm512_mask_storeu_ps(y + (size_t)t * ldy + 16 * h, m, acc[t]);
