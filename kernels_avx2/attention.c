@@ -1,4 +1,4 @@
-/* AVX2 attention over one block of keys (kernels.h: attn_block): scores in 4 x 4 tiles of
+/* AVX2 attention over one block of keys (kernels.h: attn_block): scores in 4 x 2 tiles of
  * queries x keys, a softmax per query, then values in tiles of 4 queries x 16 dims. One body
  * serves f32, f16 and bf16 rows: LOAD8 / LOAD1 turn 8 / 1 elements of a row into floats.
  *
@@ -11,6 +11,7 @@
  * loops prefetch the rows one block further on (the next block of a full cache; a harmless
  * guess for a ring, and a prefetch never faults). */
 #include <sleef.h>
+#include <string.h>
 
 #include "avx2.h"
 
@@ -18,9 +19,12 @@
 #define LOAD1_F32(x) (x)
 #define LOAD8_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define LOAD1_F16(x) rlxc_h2f(x)
-#define LOAD8_BF16(p) \
+#define LOAD8_BF16(p)                                                                                                  \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define LOAD1_BF16(x) rlxc_bf16_to_f32(x)
+
+/* Value rows per pass of the dims: 16 rows of hd = 256 f32 are 16 KiB, which stay in L1. */
+#define ATTN_VALUE_KEYS 16
 
 /* [p, p + n) towards L2 (not L1, which holds the block being read). */
 RLXC_INLINE void prefetch_l2(const void *p, const size_t n) {
@@ -80,37 +84,39 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
             s[(size_t)r * lds + c] = x;                                                                                \
         }                                                                                                              \
     }                                                                                                                  \
-    /* o[r][0..hd) = sum over keys [a, b) of p[r][j] v_j for R <= 4 queries: value rows read in                        \
-     * order (a cache-friendly stream), four at a time, each chunk converted once for all R. */                        \
+    /* o[r][i .. i + 8 W) += sum over keys [a, b) of p[r][j] v_j for R <= 4 queries (set, not added, if                \
+     * first): the R x W sums stay in registers over the keys, one FMA chain each in key order. Each                   \
+     * key prefetches the same dims of the row n keys on (the next block's), one line per key. */                      \
+    RLXC_INLINE void type##_values_tile(float *o, const float *p, int ldp, const T *v, int n, int hd, int a, int b,    \
+                                        int i, int first, const int R, const int W) {                                  \
+        __m256 acc[4][2];                                                                                              \
+        RLXC_UNROLL for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps(); /* all: R may vary */     \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int w = 0; w < W; w++)                                \
+            if (!first) acc[r][w] = _mm256_loadu_ps(o + (size_t)r * hd + i + 8 * w);                                   \
+        for (int j = a; j < b; j++) {                                                                                  \
+            _mm_prefetch((const char *)(v + (size_t)(j + n) * hd + i), _MM_HINT_T1); /* the next block, these dims */  \
+            __m256 vv[2];                                                                                              \
+            RLXC_UNROLL for (int w = 0; w < W; w++) vv[w] = LOAD8(v + (size_t)j * hd + i + 8 * w);                     \
+            RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                  \
+                const __m256 pr = _mm256_broadcast_ss(p + (size_t)r * ldp + j);                                        \
+                RLXC_UNROLL for (int w = 0; w < W; w++) acc[r][w] = _mm256_fmadd_ps(pr, vv[w], acc[r][w]);             \
+            }                                                                                                          \
+        }                                                                                                              \
+        RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int w = 0; w < W; w++)                                \
+            _mm256_storeu_ps(o + (size_t)r * hd + i + 8 * w, acc[r][w]);                                               \
+    }                                                                                                                  \
+    /* o[r][0..hd) = sum over keys [a, b) of p[r][j] v_j for R <= 4 queries: ATTN_VALUE_KEYS rows at a time            \
+     * (in L1) pass every 16 dims of all R queries, each value chunk converted once for all R. */                      \
     RLXC_INLINE void type##_values(float *o, const float *p, int ldp, const T *v, int n, int hd, int a, int b,         \
                                    const int R) {                                                                      \
         const int h8 = hd & ~7;                                                                                        \
-        for (int r = 0; r < R; r++)                                                                                    \
-            for (int d = 0; d < h8; d++) o[(size_t)r * hd + d] = 0.0f;                                                 \
-        int j = a;                                                                                                     \
-        for (; j + 4 <= b; j += 4) {                                                                                   \
-            prefetch_l2(v + (size_t)(j + n) * hd, 4 * hd * sizeof(T)); /* the next block's rows */                     \
-            for (int i = 0; i < h8; i += 8) {                                                                          \
-                __m256 vv[4];                                                                                          \
-                RLXC_UNROLL for (int x = 0; x < 4; x++) vv[x] = LOAD8(v + (size_t)(j + x) * hd + i);                   \
-                for (int r = 0; r < R; r++) {                                                                          \
-                    const float *pr = p + (size_t)r * ldp + j;                                                         \
-                    float *orow = o + (size_t)r * hd + i;                                                              \
-                    __m256 acc = _mm256_loadu_ps(orow);                                                                \
-                    RLXC_UNROLL for (int x = 0; x < 4; x++) acc = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + x), vv[x], acc); \
-                    _mm256_storeu_ps(orow, acc);                                                                       \
-                }                                                                                                      \
-            }                                                                                                          \
+        for (int r = 0; a >= b && r < R; r++) memset(o + (size_t)r * hd, 0, (size_t)h8 * sizeof(float)); /* no key */  \
+        for (int j0 = a; j0 < b; j0 += ATTN_VALUE_KEYS) {                                                              \
+            const int j1 = b - j0 < ATTN_VALUE_KEYS ? b : j0 + ATTN_VALUE_KEYS;                                        \
+            int i = 0;                                                                                                 \
+            for (; i + 16 <= h8; i += 16) type##_values_tile(o, p, ldp, v, n, hd, j0, j1, i, j0 == a, R, 2);           \
+            if (i < h8) type##_values_tile(o, p, ldp, v, n, hd, j0, j1, i, j0 == a, R, 1);                             \
         }                                                                                                              \
-        for (; j < b; j++)                                                                                             \
-            for (int i = 0; i < h8; i += 8) {                                                                          \
-                const __m256 vv = LOAD8(v + (size_t)j * hd + i);                                                       \
-                for (int r = 0; r < R; r++) {                                                                          \
-                    float *orow = o + (size_t)r * hd + i;                                                              \
-                    _mm256_storeu_ps(orow, _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)r * ldp + j), vv,           \
-                                                           _mm256_loadu_ps(orow)));                                    \
-                }                                                                                                      \
-            }                                                                                                          \
         for (int r = 0; r < R; r++) /* dims past the last chunk of 8 */                                                \
             for (int d = h8; d < hd; d++) {                                                                            \
                 float x = 0.0f;                                                                                        \
@@ -147,7 +153,8 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
                 for (int x = a; x < lo[r]; x++) sq[x] = 0.0f; /* keys it does not see weigh 0 */                       \
                 for (int x = hi[r] > a ? hi[r] : a; x < b; x++) sq[x] = 0.0f;                                          \
             }                                                                                                          \
-            type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, R);                                              \
+            if (R == 4) type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, 4);                                  \
+            else type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, R);                                         \
         }                                                                                                              \
     }
 
