@@ -94,7 +94,7 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
         RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int w = 0; w < W; w++)                                \
             if (!first) acc[r][w] = _mm256_loadu_ps(o + (size_t)r * hd + i + 8 * w);                                   \
         for (int j = a; j < b; j++) {                                                                                  \
-            _mm_prefetch((const char *)(v + (size_t)(j + n) * hd + i), _MM_HINT_T1); /* the next block, these dims */  \
+            prefetch_l2(v + (size_t)(j + n) * hd + i, 8 * W * sizeof(T)); /* the next block's row, these dims */       \
             __m256 vv[2];                                                                                              \
             RLXC_UNROLL for (int w = 0; w < W; w++) vv[w] = LOAD8(v + (size_t)j * hd + i + 8 * w);                     \
             RLXC_UNROLL for (int r = 0; r < R; r++) {                                                                  \
@@ -153,7 +153,8 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
                 for (int x = a; x < lo[r]; x++) sq[x] = 0.0f; /* keys it does not see weigh 0 */                       \
                 for (int x = hi[r] > a ? hi[r] : a; x < b; x++) sq[x] = 0.0f;                                          \
             }                                                                                                          \
-            if (R == 4) type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, 4);                                  \
+            if (R == 4) /* a constant R unrolls the value tiles */                                                     \
+                type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, 4);                                          \
             else type##_values(o + (size_t)r0 * hd, sr, n, v, n, hd, a, b, R);                                         \
         }                                                                                                              \
     }
