@@ -1,7 +1,8 @@
 /* NEON attention over one block of keys (kernels.h: attn_block), one query at a time: dot
  * products as one 4-lane FMA chain per key, a softmax over aligned 4-lane chunks (element j in
- * lane j % 4, lanes outside [lo, hi) padded with -inf), values accumulated key by key. One
- * body serves f32, f16 and bf16 rows: LOAD4 / LOAD1 turn 4 / 1 elements of a row into floats. */
+ * lane j % 4, lanes outside [lo, hi) padded with -inf), values summed over all keys 16 dims at
+ * a time. One body serves f32, f16 and bf16 rows: LOAD4 / LOAD1 turn 4 / 1 elements of a row
+ * into floats. */
 #include <sleef.h>
 
 #include "neon.h"
@@ -59,6 +60,29 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
         for (; d < hd; d++) x += q[d] * LOAD1(k[d]);                                                              \
         return x;                                                                                                 \
     }                                                                                                             \
+    /* o[0, hd) = sum over keys j in [a, b) of s[j] v_j. 16 dims at a time stay in registers over every key    \
+     * (one load of o per tile, not one per key); each dim still sums its keys in order with one FMA each. */   \
+    RLXC_INLINE void type##_values(float *o, const T *v, const float *s, int a, int b, int hd) {                  \
+        int d = 0;                                                                                                \
+        for (; d + 16 <= hd; d += 16) {                                                                           \
+            float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;                                        \
+            for (int j = a; j < b; j++) {                                                                         \
+                const T *vj = v + (size_t)j * hd + d;                                                             \
+                a0 = vfmaq_n_f32(a0, LOAD4(vj), s[j]);                                                            \
+                a1 = vfmaq_n_f32(a1, LOAD4(vj + 4), s[j]);                                                        \
+                a2 = vfmaq_n_f32(a2, LOAD4(vj + 8), s[j]);                                                        \
+                a3 = vfmaq_n_f32(a3, LOAD4(vj + 12), s[j]);                                                       \
+            }                                                                                                     \
+            vst1q_f32(o + d, a0), vst1q_f32(o + d + 4, a1), vst1q_f32(o + d + 8, a2), vst1q_f32(o + d + 12, a3);  \
+        }                                                                                                         \
+        for (; d + 4 <= hd; d += 4) {                                                                             \
+            float32x4_t acc = vdupq_n_f32(0.0f);                                                                  \
+            for (int j = a; j < b; j++) acc = vfmaq_n_f32(acc, LOAD4(v + (size_t)j * hd + d), s[j]);              \
+            vst1q_f32(o + d, acc);                                                                                \
+        }                                                                                                         \
+        for (; d < hd; d++)                                                                                       \
+            for (int j = a; j < b; j++) o[d] += s[j] * LOAD1(v[(size_t)j * hd + d]);                              \
+    }                                                                                                             \
     void rlxc_attn_block_##type##_neon(float *o, float *m, float *l, const float *q, int nq, const void *kp,      \
                                        const void *vp, int n, int hd, const int *lo, const int *hi, float scale,  \
                                        float softcap, float *s) {                                                 \
@@ -73,12 +97,7 @@ static float softmax_row(float *s, int lo, int hi, float softcap, float *m) {
             if (lo[r] >= hi[r]) continue;                                                                         \
             for (int j = lo[r]; j < hi[r]; j++) s[j] = scale * type##_dot(qr, k + (size_t)j * hd, hd);            \
             l[r] = softmax_row(s, lo[r], hi[r], softcap, &m[r]);                                                  \
-            for (int j = lo[r]; j < hi[r]; j++) {                                                                 \
-                const T *vj = v + (size_t)j * hd;                                                                 \
-                int d = 0;                                                                                        \
-                for (; d + 4 <= hd; d += 4) vst1q_f32(orow + d, vfmaq_n_f32(vld1q_f32(orow + d), LOAD4(vj + d), s[j])); \
-                for (; d < hd; d++) orow[d] += s[j] * LOAD1(vj[d]);                                               \
-            }                                                                                                     \
+            type##_values(orow, v, s, lo[r], hi[r], hd);                                                          \
         }                                                                                                         \
     }
 

@@ -1,6 +1,7 @@
 """NEON kernels on any Linux host: tests/build_kernel_test_neon.sh cross-builds rlxc for aarch64
-and runs the C kernel test under qemu-user (dotprod table, plain table by HWCAP and forced),
-plus the checks of setup.py's per-machine kernel directories and of the baseline ISA.
+and runs the C kernel and model tests under qemu-user (dotprod table, plain table by HWCAP,
+plain table forced), plus the checks of setup.py's per-machine kernel directories and of the
+baseline ISA.
 
 Skipped only when the cross toolchain, qemu or arm64 SLEEF is not installed; the script says
 which (exit status 77) and the apt line that installs it."""
@@ -24,5 +25,6 @@ def test_neon_kernels_under_qemu(tmp_path):
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, "build_kernel_test_neon.sh failed:\n" + "\n".join(lines[-60:])
     assert lines[-1] == "neon kernel test: all runs passed"
-    # Each of the four runs printed its own verdict.
-    assert sum(line == "all kernels passed" for line in lines) == 4
+    # Each of the two kernel runs and the two model runs printed its own verdict.
+    assert sum(line == "all kernels passed" for line in lines) == 2
+    assert sum(line == "all model checks passed" for line in lines) == 2
