@@ -6,8 +6,10 @@
 # DIR (ignored by git, named in the device tool's carry) holds rlxc.tgz and rlxc_old.tgz (git
 # archive of each tree), llamacpp.tgz (for its gguf-py; see device16.sh) and the libsleef debs.
 # Prints pp256 / tg32 (medians of 2 / 3 timings) per round, thread count and tree, the trees
-# taking turns, so that a change is measured on one host against the VM's noise.
+# taking turns, so that a change is measured on one host against the VM's noise. PP=4096 TG=8
+# (environment) measure a long prompt instead.
 D=$(cd "$1" && pwd); T=${2:-1,2,16}; ROUNDS=${3:-3}; W=/tmp/w; mkdir -p $W /tmp/sleef
+PP=${PP:-256}; TG=${TG:-32}
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
 I=/tmp/sleef/usr/include/x86_64-linux-gnu; L=/tmp/sleef/usr/lib/x86_64-linux-gnu
 export C_INCLUDE_PATH=$I LIBRARY_PATH=$L LD_LIBRARY_PATH=$L CFLAGS=-I$I LDFLAGS=-L$L
@@ -19,19 +21,19 @@ mkdir -p $W/gg && tar xzf $D/llamacpp.tgz -C $W/gg llama.cpp/gguf-py
 PYTHONPATH=$W/gg/llama.cpp/gguf-py:$W/pkg_rlxc python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
 cat > $W/one.py <<'PY'
 import sys, time, statistics, numpy as np, rlxc
-path, t = sys.argv[1], int(sys.argv[2])
-m = rlxc.load(path, threads=t, max_seq=1024)
-ids = np.random.default_rng(0).integers(3, m.vocab_size, 256)
+path, t, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+m = rlxc.load(path, threads=t, max_seq=pp + tg + 8)
+ids = np.random.default_rng(0).integers(3, m.vocab_size, pp)
 def fpp():
-    m.reset(); t0 = time.perf_counter(); m.prefill(ids, logits="last"); return 256 / (time.perf_counter() - t0)
+    m.reset(); t0 = time.perf_counter(); m.prefill(ids, logits="last"); return pp / (time.perf_counter() - t0)
 def ftg():
     m.reset(); tok = 1; t0 = time.perf_counter()
-    for _ in range(32):
+    for _ in range(tg):
         tok = int(np.argmax(m.decode(tok)))
-    return 32 / (time.perf_counter() - t0)
+    return tg / (time.perf_counter() - t0)
 fpp(); ftg()
-print(f"pp {statistics.median(fpp() for _ in range(2)):.2f} tg {statistics.median(ftg() for _ in range(3)):.2f}")
+print(f"pp{pp} {statistics.median(fpp() for _ in range(2)):.2f} tg{tg} {statistics.median(ftg() for _ in range(3)):.2f}")
 PY
 for r in $(seq $ROUNDS); do for t in ${T//,/ }; do for v in rlxc rlxc_old; do
-  echo "round $r t=$t $v $(PYTHONPATH=$W/pkg_$v python3 $W/one.py $W/m.gguf $t 2>&1)"
+  echo "round $r t=$t $v $(PYTHONPATH=$W/pkg_$v python3 $W/one.py $W/m.gguf $t $PP $TG 2>&1)"
 done; done; done

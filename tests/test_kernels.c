@@ -102,6 +102,8 @@ static void compare(result *r, const float *got, const float *ref, const float *
 
 /* An output buffer of n floats with GUARD sentinels on both sides. */
 static float *guarded(int n) {
+    /* gcc 13 otherwise warns (-Walloc-size-larger-than) that a negative n would wrap the size */
+    if (n < 0) { fprintf(stderr, "guarded(%d)\n", n); exit(2); }
     float *p = xmalloc((size_t)(n + 2 * GUARD) * sizeof(float));
     for (int i = 0; i < n + 2 * GUARD; i++) p[i] = SENTINEL;
     return p + GUARD;
