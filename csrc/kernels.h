@@ -345,7 +345,7 @@ typedef struct rlxc_kernels {
  * Q4_K / Q6_K products, half the F16 / BF16 products, xq the activation quantizers
  * (rlxc_quantize_row_q8_0_<xq>, ..._q8_k_<xq>), dq the dequantizers of the block types
  * (rlxc_dequantize_row_<type>_<dq>), fx their matvecs with float activations, ops the norms,
- * RoPE, attention and element-wise kernels. The tables and the prototypes are both spelled
+ * RoPE and element-wise kernels, attn the attention blocks. The tables and the prototypes are both spelled
  * out by the macros below, once, so a kernel added to the struct and here reaches every ISA,
  * and one an ISA lacks fails its build. */
 
@@ -367,7 +367,7 @@ typedef struct rlxc_kernels {
 #define rlxc_matmul_q8_0x16_none NULL
 #define rlxc_matvec_q4_kx16_none NULL
 #define rlxc_matmul_q4_kx16_none NULL
-#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops, x16, kx16)                     \
+#define RLXC_KERNEL_TABLE(name, sf32, sq, swq, shalf, sxq, sdq, sfx, sops, sattn, x16, kx16)              \
     {                                                                                                     \
         .isa = name,                                                                                      \
         .wt = {[RLXC_F32] = RLXC_FLOAT_WTYPE(f32, sf32), [RLXC_F16] = RLXC_FLOAT_WTYPE(f16, shalf),       \
@@ -388,8 +388,8 @@ typedef struct rlxc_kernels {
                [RLXC_IQ4_NL] = RLXC_BLOCK_WTYPE(iq4_nl, swq, q8_0, RLXC_QK, sxq, sdq, sfx),               \
                [RLXC_IQ4_XS] = RLXC_BLOCK_WTYPE(iq4_xs, swq, q8_k, RLXC_QK_K, sxq, sdq, sfx)},            \
         .rmsnorm = rlxc_rmsnorm_##sops, .layernorm = rlxc_layernorm_##sops, .rope = rlxc_rope_##sops,     \
-        .attn_block_f32 = rlxc_attn_block_f32_##sops, .attn_block_f16 = rlxc_attn_block_f16_##sops,       \
-        .attn_block_bf16 = rlxc_attn_block_bf16_##sops,                                                   \
+        .attn_block_f32 = rlxc_attn_block_f32_##sattn, .attn_block_f16 = rlxc_attn_block_f16_##sattn,     \
+        .attn_block_bf16 = rlxc_attn_block_bf16_##sattn,                                                  \
         .silu = rlxc_silu_##sops, .gelu_tanh = rlxc_gelu_tanh_##sops, \
         .mul = rlxc_mul_##sops, .add = rlxc_add_##sops, .scale = rlxc_scale_##sops,                       \
         .softcap = rlxc_softcap_##sops,                                                                   \
@@ -422,12 +422,14 @@ typedef struct rlxc_kernels {
     void rlxc_attn_block_##type##_##sfx(float *o, float *m, float *l, const float *q, int nq, const void *k,       \
                                         const void *v, int n, int hd, const int *lo, const int *hi, float scale,   \
                                         float softcap, float *scratch);
+#define RLXC_DECLARE_ATTN(sfx) \
+    RLXC_DECLARE_ATTN_BLOCK(f32, sfx) RLXC_DECLARE_ATTN_BLOCK(f16, sfx) RLXC_DECLARE_ATTN_BLOCK(bf16, sfx)
 #define RLXC_DECLARE_OPS(sfx)                                                                                  \
     void rlxc_rmsnorm_##sfx(float *y, const float *x, const float *w, float w_offset, float eps, int n);       \
     void rlxc_layernorm_##sfx(float *y, const float *x, const float *w, const float *b, float eps, int n);     \
     void rlxc_rope_##sfx(float *x, int n_heads, int head_dim, const float *cos, const float *sin, int n_pairs, \
                          int half);                                                                            \
-    RLXC_DECLARE_ATTN_BLOCK(f32, sfx) RLXC_DECLARE_ATTN_BLOCK(f16, sfx) RLXC_DECLARE_ATTN_BLOCK(bf16, sfx)        \
+    RLXC_DECLARE_ATTN(sfx)                                                                                     \
     void rlxc_silu_##sfx(float *y, const float *x, int n);                                                     \
     void rlxc_gelu_tanh_##sfx(float *y, const float *x, int n);                                                \
     void rlxc_mul_##sfx(float *y, const float *a, const float *b, int n);                                      \

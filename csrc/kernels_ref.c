@@ -324,7 +324,7 @@ void rlxc_softcap_scalar(float *y, float cap, int n) {
 
 const rlxc_kernels rlxc_kernels_scalar =
     RLXC_KERNEL_TABLE("scalar", scalar, scalar, scalar, scalar, scalar, scalar, scalar, scalar,
-                      scalar, scalar);
+                      scalar, scalar, scalar);
 
 /* ---- per-thread scratch (kernels.h) ---- */
 

@@ -8,14 +8,15 @@
 /* The groups of RLXC_KERNEL_TABLE this directory defines: the f32 GEMM on transposed 48-row
  * panels (f32.c; decode forwards to the AVX2 matvec), the Q4_0 / Q8_0 (quant.c, gemm.c) and
  * Q5_0 / Q4_K / Q6_K (wtypes.c, the Q5_0 GEMM in gemm.c) products, and the block types' fused
- * matvecs with float activations (wtypes.c). F16 / BF16, the quantizers and the dequantizers
- * stay AVX2 (memory-bound already). */
+ * matvecs with float activations (wtypes.c), and the attention blocks (attention.c). F16 /
+ * BF16, the quantizers and the dequantizers stay AVX2 (memory-bound already). */
 RLXC_DECLARE_F32(avx512)
 RLXC_DECLARE_Q(avx512)
 RLXC_DECLARE_WQ(avx512)
 RLXC_DECLARE_FX(avx512)
 RLXC_DECLARE_X16(avx512)
 RLXC_DECLARE_KX16(avx512)
+RLXC_DECLARE_ATTN(avx512)
 /* One row per register: decode and small T (quant.c); the GEMMs above use them below 8 tokens. */
 void rlxc_matmul_q4_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);
 void rlxc_matmul_q8_0_pairs_avx512(float *y, int ldy, const void *w, const void *x, int N, int K, int T);

@@ -15,7 +15,7 @@
 
 /* The two tables differ only in their quantized products (groups q and wq, and the decode on
  * repacked Q4_0 / Q8_0 rows, dotprod only). */
-#define NEON_TABLE(q, x16) RLXC_KERNEL_TABLE("neon", neon, q, q, neon, neon, neon, neon, neon, x16, none)
+#define NEON_TABLE(q, x16) RLXC_KERNEL_TABLE("neon", neon, q, q, neon, neon, neon, neon, neon, neon, x16, none)
 
 static const rlxc_kernels plain = NEON_TABLE(neon, none);
 static const rlxc_kernels dotprod = NEON_TABLE(neon_dotprod, neon_dotprod);
