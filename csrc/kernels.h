@@ -345,9 +345,9 @@ typedef struct rlxc_kernels {
  * Q4_K / Q6_K products, half the F16 / BF16 products, xq the activation quantizers
  * (rlxc_quantize_row_q8_0_<xq>, ..._q8_k_<xq>), dq the dequantizers of the block types
  * (rlxc_dequantize_row_<type>_<dq>), fx their matvecs with float activations, ops the norms,
- * RoPE and element-wise kernels, attn the attention blocks. The tables and the prototypes are both spelled
- * out by the macros below, once, so a kernel added to the struct and here reaches every ISA,
- * and one an ISA lacks fails its build. */
+ * RoPE and element-wise kernels, attn the attention blocks. The tables and the prototypes are
+ * both spelled out by the macros below, once, so a kernel added to the struct and here reaches
+ * every ISA, and one an ISA lacks fails its build. */
 
 #define RLXC_FLOAT_WTYPE(type, sfx) \
     {.matvec = rlxc_matvec_##type##_##sfx, .matmul = rlxc_matmul_##type##_##sfx}

@@ -49,7 +49,7 @@ RLXC_INLINE void prefetch_l2(const void *p, const size_t n) {
     }                                                                                                                  \
     /* o[r][i .. i + VL W) += sum over keys [a, b) of p[r][j] v_j for R <= 4 queries (set, not added, if               \
      * first): the R x W sums stay in registers over the keys, one FMA chain each in key order. Each                   \
-     * key prefetches the same dims of the row n keys on (the next block's), one line per key. */                      \
+     * key prefetches the same dims of the row n keys on (the next block's): VL W elements. */                         \
     RLXC_INLINE void type##_values_tile(float *o, const float *p, int ldp, const T *v, int n, int hd, int a, int b,    \
                                         int i, int first, const int R, const int W) {                                  \
         VEC acc[4][VALUE_VECS];                                                                                        \
