@@ -1,19 +1,20 @@
 #!/bin/bash
-# A/B of two rlxc trees on the random Llama Q4_0 (hidden 4096, ffn 14336, 4 layers), on a
-# many-core machine without network (the `device` machine), whole in one command (~4 minutes on
-# 16 cores), from the checkout's root:
+# A/B of rlxc trees on the random Llama Q4_0 (hidden 4096, ffn 14336, 4 layers), on a many-core
+# machine without network (the `device` machine), whole in one command (~4 minutes on 16 cores
+# for two trees), from the checkout's root:
 #   bash benchmarks/device_ab.sh DIR [threads, default 1,2,16] [rounds, default 3]
-# DIR (ignored by git, named in the device tool's carry) holds rlxc.tgz and rlxc_old.tgz (git
-# archive of each tree), llamacpp.tgz (for its gguf-py; see device16.sh) and the libsleef debs.
-# Prints pp256 / tg32 (medians of 2 / 3 timings) per round, thread count and tree, the trees
-# taking turns, so that a change is measured on one host against the VM's noise. PP=4096 TG=8
-# (environment) measure a long prompt instead.
+# DIR (ignored by git, named in the device tool's carry) holds rlxc.tgz and one or more
+# rlxc_NAME.tgz (git archive of each tree, e.g. rlxc_old.tgz), llamacpp.tgz (for its gguf-py; see
+# device16.sh) and the libsleef debs. Prints pp256 / tg32 (medians of 2 / 3 timings) per round,
+# thread count and tree, the trees taking turns, so that a change is measured on one host
+# against the VM's noise. PP=4096 TG=8 (environment) measure a long prompt instead.
 D=$(cd "$1" && pwd); T=${2:-1,2,16}; ROUNDS=${3:-3}; W=/tmp/w; mkdir -p $W /tmp/sleef
 PP=${PP:-256}; TG=${TG:-32}
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
 I=/tmp/sleef/usr/include/x86_64-linux-gnu; L=/tmp/sleef/usr/lib/x86_64-linux-gnu
 export C_INCLUDE_PATH=$I LIBRARY_PATH=$L LD_LIBRARY_PATH=$L CFLAGS=-I$I LDFLAGS=-L$L
-for v in rlxc rlxc_old; do
+TREES=$(cd $D && ls rlxc.tgz rlxc_*.tgz | sed 's/\.tgz$//')
+for v in $TREES; do
   mkdir -p $W/$v && tar xzf $D/$v.tgz -C $W/$v
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail $W/pip_$v.log; exit 1; } &
 done; wait
@@ -34,6 +35,6 @@ def ftg():
 fpp(); ftg()
 print(f"pp{pp} {statistics.median(fpp() for _ in range(2)):.2f} tg{tg} {statistics.median(ftg() for _ in range(3)):.2f}")
 PY
-for r in $(seq $ROUNDS); do for t in ${T//,/ }; do for v in rlxc rlxc_old; do
+for r in $(seq $ROUNDS); do for t in ${T//,/ }; do for v in $TREES; do
   echo "round $r t=$t $v $(PYTHONPATH=$W/pkg_$v python3 $W/one.py $W/m.gguf $t $PP $TG 2>&1)"
 done; done; done

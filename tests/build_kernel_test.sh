@@ -40,18 +40,12 @@ while IFS=$'\t' read -r d flags; do
 done < <("$PYTHON" tests/setup_flags.py "$($CC -dumpmachine | cut -d- -f1)")
 [ -n "$COMMON" ] || { echo "could not read setup.py's flags" >&2; exit 1; }
 
-# One compiler per core: the test suite runs this script several times (plain, sanitized).
-JOBS=$(nproc)
-PIDS=()
+. tests/parallel_compile.sh
 compile() { # tag flags files...
     local tag=$1 flags=$2
     shift 2
-    for f in "$@"; do
-        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-        # shellcheck disable=SC2086
-        $CC $COMMON $flags $EXTRA_CFLAGS -fPIC -c "$f" -o "$OUT/obj/${tag}_$(basename "${f%.c}").o" &
-        PIDS+=($!)
-    done
+    # shellcheck disable=SC2086
+    for f in "$@"; do run_bg $CC $COMMON $flags $EXTRA_CFLAGS -fPIC -c "$f" -o "$OUT/obj/${tag}_$(basename "${f%.c}").o"; done
 }
 
 compile ref "" csrc/kernels_ref.c csrc/kernels_wtypes.c csrc/fp16.c csrc/dispatch.c
@@ -59,7 +53,7 @@ compile engine "" csrc/layer.c csrc/linear.c csrc/pipeline.c csrc/moe.c csrc/mod
 for d in "${!DIR_FLAGS[@]}"; do
     compile "${d#kernels_}" "${DIR_FLAGS[$d]}" "$d"/*.c
 done
-for p in "${PIDS[@]}"; do wait "$p"; done # set -e: the first failed compile fails the script
+wait_all
 
 # Objects, not an archive: dispatch.c's weak table getters would keep the linker from
 # pulling the ISA tables out of a .a.

@@ -78,23 +78,18 @@ mkdir -p "$OUT/ext"
 rm -f "$OUT"/ext/*.o
 PYINC=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 NPINC=$("$PYTHON" -c 'import numpy; print(numpy.get_include())')
-JOBS=$(nproc) # one compiler per core
-PIDS=()
+. tests/parallel_compile.sh
 compile() { # outdir tag "flags" files...
     local out=$1 tag=$2 flags=$3
     shift 3
-    for f in "$@"; do
-        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-        # shellcheck disable=SC2086
-        "$CC" $COMMON $flags -fPIC -c "$f" -o "$out/${tag}_$(basename "${f%.c}").o" &
-        PIDS+=($!)
-    done
+    # shellcheck disable=SC2086
+    for f in "$@"; do run_bg "$CC" $COMMON $flags -fPIC -c "$f" -o "$out/${tag}_$(basename "${f%.c}").o"; done
 }
 compile "$OUT/ext" csrc "-Icsrc -I$PYINC -I$NPINC -DNPY_NO_DEPRECATED_API=NPY_2_0_API_VERSION" csrc/*.c csrc/bindings/*.c
 for d in "${!ARM_FLAGS[@]}"; do
     compile "$OUT/ext" "$d" "-Icsrc ${ARM_FLAGS[$d]}" "$d"/*.c
 done
-for p in "${PIDS[@]}"; do wait "$p"; done # set -e: the first failed compile fails the script
+wait_all
 "$CC" -shared -fopenmp "$OUT"/ext/*.o -lsleef -lm -o "$OUT/_rlxc_aarch64.so"
 # Python's own symbols resolve at import; nothing of rlxc's may stay undefined, and the NEON
 # table getter must be the real one, not dispatch.c's weak NULL fallback.
