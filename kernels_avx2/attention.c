@@ -25,6 +25,7 @@
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define V_BCAST(p) _mm256_broadcast_ss(p)
 #define V_HSUM(v) rlxc_hsum256(v)
+#define V_HSUM_TILE(a) rlxc_hsum8x256(a)
 #define DOT_KEYS 2
 #define VALUE_VECS 2
 

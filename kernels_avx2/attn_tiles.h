@@ -3,8 +3,9 @@
  * in tiles of 4 queries x DOT_KEYS keys, a softmax per query, then values in tiles of 4 queries x
  * VALUE_VECS vectors of dims. The including file defines, before including this:
  *   VEC, VL (floats per vector), V_ZERO(), V_LOAD(p), V_STORE(p, v), V_FMA(a, b, c) (a * b + c),
- *   V_BCAST(p) (*p in every lane), V_HSUM(v) (the lanes' sum)
- *   DOT_KEYS (keys per score tile: 4 x DOT_KEYS accumulators plus loads fit the register file)
+ *   V_BCAST(p) (*p in every lane), V_HSUM(v) (the lanes' sum), V_HSUM_TILE(a) (lane t =
+ *   V_HSUM(a[t]) for VL vectors: a whole score tile's sums)
+ *   DOT_KEYS (keys per score tile, VL / 4: 4 x DOT_KEYS accumulators plus loads fit the register file)
  *   VALUE_VECS (vectors of dims per value tile)
  *   softmax_row(s, lo, hi, softcap, &m) (s[lo, hi) = exp(softcap(s) - max) in place, *m = the
  *   max, returns the sum)
@@ -18,6 +19,8 @@
  * A long cache streams from memory and the hardware prefetcher stops at every 4 KiB page: the
  * loops prefetch the rows one block further on (the next block of a full cache; a harmless
  * guess for a ring, and a prefetch never faults). */
+
+_Static_assert(4 * DOT_KEYS == VL, "a score tile's sums fill one vector");
 
 /* Value rows per pass of the dims: 16 rows of hd = 256 f32 are 16 KiB, which stay in L1. */
 #define ATTN_VALUE_KEYS 16
@@ -41,8 +44,11 @@ RLXC_INLINE void prefetch_l2(const void *p, const size_t n) {
                 RLXC_UNROLL for (int c = 0; c < C; c++) acc[r][c] = V_FMA(qv, kv[c], acc[r][c]);                       \
             }                                                                                                          \
         }                                                                                                              \
+        float sum[4][DOT_KEYS];                                                                                        \
+        if (R == 4 && C == DOT_KEYS) V_STORE(&sum[0][0], V_HSUM_TILE((const VEC *)acc)); /* the same bits, fewer shuffles */ \
+        else RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) sum[r][c] = V_HSUM(acc[r][c]); \
         RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) {                              \
-            float x = V_HSUM(acc[r][c]);                                                                               \
+            float x = sum[r][c];                                                                                       \
             for (int d = i; d < hd; d++) x += q[(size_t)r * hd + d] * LOAD1(k[(size_t)c * hd + d]);                    \
             s[(size_t)r * lds + c] = x;                                                                                \
         }                                                                                                              \

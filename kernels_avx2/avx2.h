@@ -26,6 +26,18 @@ RLXC_INLINE float rlxc_hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* Lane t of the result = rlxc_hsum256(a[t]), bit for bit: the same pairs added level by level
+ * (lanes i and i + 4, then i and i + 2, then i and i + 1), 8 sums in 21 instructions instead
+ * of 48. The tree puts input 2j + k's sum in lane 4k + j, hence the order a[m], a[m + 4]. */
+RLXC_INLINE __m256 rlxc_hsum8x256(const __m256 a[8]) {
+    __m256 p[4], q[2];
+    for (int m = 0; m < 4; m++) /* a[m], a[m + 4] -> the halves of p[m] */
+        p[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[m], a[m + 4], 0x20), _mm256_permute2f128_ps(a[m], a[m + 4], 0x31));
+    for (int m = 0; m < 2; m++)
+        q[m] = _mm256_add_ps(_mm256_shuffle_ps(p[2 * m], p[2 * m + 1], 0x44), _mm256_shuffle_ps(p[2 * m], p[2 * m + 1], 0xee));
+    return _mm256_add_ps(_mm256_shuffle_ps(q[0], q[1], 0x88), _mm256_shuffle_ps(q[0], q[1], 0xdd));
+}
+
 RLXC_INLINE float rlxc_hmax256(__m256 v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));

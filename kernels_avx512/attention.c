@@ -25,7 +25,8 @@
 #define V_STORE(p, v) _mm512_storeu_ps(p, v)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_BCAST(p) _mm512_set1_ps(*(p))
-#define V_HSUM(v) _mm512_reduce_add_ps(v)
+#define V_HSUM(v) rlxc_hsum512(v)
+#define V_HSUM_TILE(a) rlxc_hsum16x512(a)
 #define DOT_KEYS 4
 #define VALUE_VECS 4
 

@@ -10,6 +10,28 @@
  * Q5_0 / Q4_K / Q6_K (wtypes.c, the Q5_0 GEMM in gemm.c) products, and the block types' fused
  * matvecs with float activations (wtypes.c), and the attention blocks (attention.c). F16 /
  * BF16, the quantizers and the dequantizers stay AVX2 (memory-bound already). */
+/* The lanes' sum in a fixed order: lanes i and i + 8, then rlxc_hsum256's tree (gcc's
+ * _mm512_reduce_add_ps adds the same pairs; another compiler's need not). */
+RLXC_INLINE float rlxc_hsum512(__m512 v) {
+    return rlxc_hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+/* Lane t of the result = rlxc_hsum512(a[t]), bit for bit, in 45 instructions instead of 128 (as
+ * rlxc_hsum8x256). The tree puts input 4j + k's sum in lane 4k + j, hence the input order. */
+RLXC_INLINE __m512 rlxc_hsum16x512(const __m512 a[16]) {
+    __m512 p[8], q[4], r[2];
+    for (int m = 0; m < 8; m++) { /* inputs n = 2m, 2m + 1, each a[4 (n % 4) + n / 4] */
+        const __m512 x = a[4 * (2 * m % 4) + m / 2], y = a[4 * ((2 * m + 1) % 4) + m / 2];
+        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xee));
+    }
+    for (int m = 0; m < 4; m++)
+        q[m] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * m], p[2 * m + 1], 0x88),
+                             _mm512_shuffle_f32x4(p[2 * m], p[2 * m + 1], 0xdd));
+    for (int m = 0; m < 2; m++)
+        r[m] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * m], q[2 * m + 1], 0x44), _mm512_shuffle_ps(q[2 * m], q[2 * m + 1], 0xee));
+    return _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xdd));
+}
+
 RLXC_DECLARE_F32(avx512)
 RLXC_DECLARE_Q(avx512)
 RLXC_DECLARE_WQ(avx512)
