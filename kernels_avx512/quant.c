@@ -138,19 +138,15 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
  * 2-core AMD EPYC VM (Zen, AVX-512) it costs a quarter: one thread's Q4_0 x16 matvec out of cache
  * (64-128 MiB) 24.6-24.8 GB/s without, 18.6-18.9 with 4 blocks, 17.5-19.0 with 8 or 16. */
 #define X16_PREFETCH_BLOCKS 4
-/* and, with pf, into L2 from about 4 KiB ahead in each group: one core on that VM streams 6-10 %
- * more that way at 1, 2 and 4 threads than with the near prefetch alone (read_prefetch.c, four
- * streams: 12.7 -> 13.5-13.8 GB/s on 1 thread, 24.4-25.1 -> 26.7-26.9 on 2, 47.4-47.9 -> 51.0-51.6
- * on 4; two runs). */
-#define X16_PREFETCH_L2_BYTES 4096
+/* Not also into L2 from about 4 KiB ahead: read_prefetch.c had one core of the Xeon stream 6-10 %
+ * more that way, but end to end (device_ab.sh, random Llama tg64, alternating trees, one host)
+ * decode ran 2-6 % slower at 1 and 2 threads in 9 pairs of 9 and even at 4 and 16. */
 
 /* S groups (RLXC_DEFINE_MATVEC_X16) of qsb quant bytes per block and row: per block, dot's 16
  * int32 sums, one scale FMA. Where pf > 0, a block's half of its record (2 blocks' quants, then
- * their scales) is prefetched pf blocks ahead into L1 and X16_L2_BLOCKS ahead into L2, which
- * reaches every line of the records. */
+ * their scales) is prefetched pf blocks ahead into L1, which reaches every line of the records. */
 #define X16_HALF_BYTES(qsb) (rlxc_x16_record_bytes(qsb) / 2)
 #define X16_HALF_LINES(qsb) ((X16_HALF_BYTES(qsb) + 63) / 64)
-#define X16_L2_BLOCKS(qsb) ((int)((X16_PREFETCH_L2_BYTES + X16_HALF_BYTES(qsb) - 1) / X16_HALF_BYTES(qsb)))
 #define X16_GROUP(name, qsb, dot, pf)                                                                               \
     RLXC_INLINE void name(float *y, const uint8_t *grp, size_t gb, const int S, int b0, const block_q8_0 *x,        \
                           const int32_t *bias, const float *dx, int n, int first) {                                 \
@@ -161,10 +157,8 @@ RLXC_INLINE __m512i x16_dot_q8_0(const uint8_t *qs, const unaligned_i32 *q, int3
             const __m512 xd = _mm512_set1_ps(dx[b]);                                                                \
             RLXC_UNROLL for (int s = 0; s < S; s++) {                                                               \
                 const char *ahead = (const char *)rlxc_x16_quants(grp + s * gb, qsb, b0 + b + pf);                  \
-                const char *far = (const char *)rlxc_x16_quants(grp + s * gb, qsb, b0 + b + X16_L2_BLOCKS(qsb));    \
                 RLXC_UNROLL for (size_t l = 0; pf && l < X16_HALF_LINES(qsb); l++) {                                \
                     _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);                                                      \
-                    _mm_prefetch(far + 64 * l, _MM_HINT_T1);                                                        \
                 }                                                                                                   \
                 const rlxc_fp16 *d = rlxc_x16_scales(grp + s * gb, qsb, b0 + b);                                    \
                 const __m512i sum = dot(rlxc_x16_quants(grp + s * gb, qsb, b0 + b), q, bias[b]);                    \
