@@ -45,8 +45,10 @@ RLXC_INLINE void prefetch_l2(const void *p, const size_t n) {
             }                                                                                                          \
         }                                                                                                              \
         float sum[4][DOT_KEYS];                                                                                        \
-        if (R == 4 && C == DOT_KEYS) V_STORE(&sum[0][0], V_HSUM_TILE((const VEC *)acc)); /* the same bits, fewer shuffles */ \
-        else RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) sum[r][c] = V_HSUM(acc[r][c]); \
+        if (R == 4 && C == DOT_KEYS) /* the same bits as V_HSUM, fewer shuffles */                                     \
+            V_STORE(&sum[0][0], V_HSUM_TILE((const VEC *)acc));                                                        \
+        else RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++)                           \
+            sum[r][c] = V_HSUM(acc[r][c]);                                                                             \
         RLXC_UNROLL for (int r = 0; r < R; r++) RLXC_UNROLL for (int c = 0; c < C; c++) {                              \
             float x = sum[r][c];                                                                                       \
             for (int d = i; d < hd; d++) x += q[(size_t)r * hd + d] * LOAD1(k[(size_t)c * hd + d]);                    \

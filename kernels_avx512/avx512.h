@@ -5,11 +5,6 @@
 
 #include "../kernels_avx2/avx2.h"
 
-/* The groups of RLXC_KERNEL_TABLE this directory defines: the f32 GEMM on transposed 48-row
- * panels (f32.c; decode forwards to the AVX2 matvec), the Q4_0 / Q8_0 (quant.c, gemm.c) and
- * Q5_0 / Q4_K / Q6_K (wtypes.c, the Q5_0 GEMM in gemm.c) products, and the block types' fused
- * matvecs with float activations (wtypes.c), and the attention blocks (attention.c). F16 /
- * BF16, the quantizers and the dequantizers stay AVX2 (memory-bound already). */
 /* The lanes' sum in a fixed order: lanes i and i + 8, then rlxc_hsum256's tree (gcc's
  * _mm512_reduce_add_ps adds the same pairs; another compiler's need not). */
 RLXC_INLINE float rlxc_hsum512(__m512 v) {
@@ -32,6 +27,11 @@ RLXC_INLINE __m512 rlxc_hsum16x512(const __m512 a[16]) {
     return _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xdd));
 }
 
+/* The groups of RLXC_KERNEL_TABLE this directory defines: the f32 GEMM on transposed 48-row
+ * panels (f32.c; decode forwards to the AVX2 matvec), the Q4_0 / Q8_0 (quant.c, gemm.c) and
+ * Q5_0 / Q4_K / Q6_K (wtypes.c, the Q5_0 GEMM in gemm.c) products, and the block types' fused
+ * matvecs with float activations (wtypes.c), and the attention blocks (attention.c). F16 /
+ * BF16, the quantizers and the dequantizers stay AVX2 (memory-bound already). */
 RLXC_DECLARE_F32(avx512)
 RLXC_DECLARE_Q(avx512)
 RLXC_DECLARE_WQ(avx512)
