@@ -15,15 +15,16 @@ RLXC_INLINE float rlxc_hsum512(__m512 v) {
  * rlxc_hsum8x256). The tree puts input 4j + k's sum in lane 4k + j, hence the input order. */
 RLXC_INLINE __m512 rlxc_hsum16x512(const __m512 a[16]) {
     __m512 p[8], q[4], r[2];
-    for (int m = 0; m < 8; m++) { /* inputs n = 2m, 2m + 1, each a[4 (n % 4) + n / 4] */
-        const __m512 x = a[4 * (2 * m % 4) + m / 2], y = a[4 * ((2 * m + 1) % 4) + m / 2];
-        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xee));
+    for (int m = 0; m < 8; m++) { /* a[i], a[i + 4] -> the halves of p[m], i = 0, 8, 1, 9, ... 3, 11 */
+        const __m512 *x = a + 8 * (m % 2) + m / 2;
+        p[m] = _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[4], 0x44), _mm512_shuffle_f32x4(x[0], x[4], 0xee));
     }
     for (int m = 0; m < 4; m++)
         q[m] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * m], p[2 * m + 1], 0x88),
                              _mm512_shuffle_f32x4(p[2 * m], p[2 * m + 1], 0xdd));
     for (int m = 0; m < 2; m++)
-        r[m] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * m], q[2 * m + 1], 0x44), _mm512_shuffle_ps(q[2 * m], q[2 * m + 1], 0xee));
+        r[m] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * m], q[2 * m + 1], 0x44),
+                             _mm512_shuffle_ps(q[2 * m], q[2 * m + 1], 0xee));
     return _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xdd));
 }
 
