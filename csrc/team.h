@@ -11,11 +11,15 @@
 
 #include "rlxc.h"
 
-/* The team's barrier (threads.c): a waiting thread spins for a while, then sleeps on a futex. */
+/* The team's barrier (threads.c): a waiting thread spins for a while, then sleeps on a futex.
+ * Three cache lines: the arrivals' and the chunk tickets' read-modify-writes would otherwise
+ * take the line that every waiting thread polls away from all of them, each time. */
 typedef struct {
-    _Atomic int arrived, sleepers, n;
-    _Atomic unsigned gen;
-    _Atomic size_t ticket; /* the next chunk ticket of the team's chunked loops (rlxc_team_next) */
+    _Alignas(64) _Atomic int arrived;
+    _Atomic int n;
+    _Alignas(64) _Atomic unsigned gen;
+    _Atomic int sleepers;
+    _Alignas(64) _Atomic size_t ticket; /* the next chunk ticket of the team's chunked loops (rlxc_team_next) */
 } rlxc_barrier;
 
 void rlxc_barrier_wait(rlxc_barrier *b);
