@@ -1,5 +1,5 @@
 #!/bin/bash
-# A/B of rlxc trees on the random Llama Q4_0 (hidden 4096, ffn 14336, 4 layers), on a many-core
+# A/B of rlxc trees on the random Llama Q4_0 (hidden 4096, ffn 14336, 4 layers) or Gemma 3, on a many-core
 # machine without network (the `device` machine), whole in one command (~4 minutes on 16 cores
 # for two trees), from the checkout's root:
 #   bash benchmarks/device_ab.sh DIR [threads, default 1,2,16] [rounds, default 3]
@@ -9,7 +9,8 @@
 # thread count and tree, the trees taking turns, so that a change is measured on one host
 # against the VM's noise. From the environment: PP=4096 TG=8 measure a long prompt instead; the
 # decodes start from an empty cache unless DEPTH=1 (then each follows a prefill of PP tokens);
-# TREES="rlxc rlxc_old" picks some of DIR's trees.
+# TREES="rlxc rlxc_old" picks some of DIR's trees; MODEL=gemma measures Gemma 3 270M Q4_K_M
+# instead, grown from DIR/gemma3.skel.npz (see device_table.sh).
 D=$(cd "$1" && pwd); T=${2:-1,2,16}; ROUNDS=${3:-3}; W=/tmp/w; mkdir -p $W /tmp/sleef
 PP=${PP:-256}; TG=${TG:-32}; DEPTH=${DEPTH:-0}
 for f in $D/*.deb; do dpkg -x $f /tmp/sleef; done
@@ -21,7 +22,12 @@ for v in $TREES; do
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail $W/pip_$v.log; exit 1; } &
 done; wait
 mkdir -p $W/gg && tar xzf $D/llamacpp.tgz -C $W/gg llama.cpp/gguf-py
-PYTHONPATH=$W/gg/llama.cpp/gguf-py:$W/pkg_rlxc python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
+export PYTHONPATH=$W/gg/llama.cpp/gguf-py
+if [ "${MODEL:-llama}" = gemma ]; then
+  PYTHONPATH=$PYTHONPATH:$W/pkg_rlxc python3 $W/rlxc/benchmarks/gguf_skeleton.py expand $D/gemma3.skel.npz $W/m.gguf >/dev/null || exit 1
+else
+  PYTHONPATH=$PYTHONPATH:$W/pkg_rlxc python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
+fi
 cat > $W/one.py <<'PY'
 import sys, time, statistics, numpy as np, rlxc
 path, t, pp, tg, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
