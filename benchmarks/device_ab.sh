@@ -22,12 +22,12 @@ for v in $TREES; do
   (cd $W/$v && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_$v . >$W/pip_$v.log 2>&1) || { tail $W/pip_$v.log; exit 1; } &
 done; wait
 mkdir -p $W/gg && tar xzf $D/llamacpp.tgz -C $W/gg llama.cpp/gguf-py
-export PYTHONPATH=$W/gg/llama.cpp/gguf-py
+export PYTHONPATH=$W/gg/llama.cpp/gguf-py:$W/pkg_rlxc
 if [ "${MODEL:-llama}" = gemma ]; then
-  PYTHONPATH=$PYTHONPATH:$W/pkg_rlxc python3 $W/rlxc/benchmarks/gguf_skeleton.py expand $D/gemma3.skel.npz $W/m.gguf >/dev/null || exit 1
+  python3 $W/rlxc/benchmarks/gguf_skeleton.py expand $D/gemma3.skel.npz $W/m.gguf >/dev/null
 else
-  PYTHONPATH=$PYTHONPATH:$W/pkg_rlxc python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
-fi
+  python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')"
+fi || exit 1
 cat > $W/one.py <<'PY'
 import sys, time, statistics, numpy as np, rlxc
 path, t, pp, tg, depth = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])

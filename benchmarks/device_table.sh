@@ -24,12 +24,12 @@ rm -rf $W/rlxc $W/pkg_rlxc; mkdir -p $W/rlxc && tar xzf $D/rlxc.tgz -C $W/rlxc
 (cd $W/rlxc && python3 -m pip install -q --no-build-isolation --no-deps --target $W/pkg_rlxc . >$W/pip.log 2>&1) ||
     { tail $W/pip.log; exit 1; }
 export PYTHONPATH=$W/llama.cpp/gguf-py:$W/pkg_rlxc
-[ -f $W/m.gguf ] || python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
-[ -f $W/g.gguf ] || python3 $W/rlxc/benchmarks/gguf_skeleton.py expand $D/gemma3.skel.npz $W/g.gguf >/dev/null || exit 1
+M=${MODELS:-llama,gemma}
+[[ $M != *llama* || -f $W/m.gguf ]] || python3 -c "import sys; sys.path.insert(0, '$W/rlxc/benchmarks'); import vs_llama_bench as v; import shutil; shutil.copy(v.random_llama_gguf(4), '$W/m.gguf')" || exit 1
+[[ $M != *gemma* || -f $W/g.gguf ]] || python3 $W/rlxc/benchmarks/gguf_skeleton.py expand $D/gemma3.skel.npz $W/g.gguf >/dev/null || exit 1
 wait $LPID; ls $W/llama.cpp/build/bin/llama-bench >/dev/null || { tail $W/lbuild.log; exit 1; }
 echo "== built at $SECONDS s"
 B="--llama-bench $W/llama.cpp/build/bin/llama-bench --threads ${T//,/ } --runs $RUNS"
-M=${MODELS:-llama,gemma}
 [[ $M == *llama* ]] && python3 $W/rlxc/benchmarks/vs_llama_bench.py --model $W/m.gguf $B 2>$OUT/llama.err | tee $OUT/llama.md
 [[ $M == *gemma* ]] && python3 $W/rlxc/benchmarks/vs_llama_bench.py --model $W/g.gguf $B 2>$OUT/gemma.err | tee $OUT/gemma.md
 echo "== end at $SECONDS s"
