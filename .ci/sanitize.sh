@@ -88,8 +88,17 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
     step "loader fuzzing under ASan + UBSan for ${FUZZ_SECONDS}s"
     # --fail-on crash: memory errors, aborts and hangs fail the step; undocumented Python
     # exceptions from the loaders are reported (and covered by test_fuzz_regressions.py)
-    san "$PY" tests/fuzz/run_fuzz.py --engine mutate --seconds "$FUZZ_SECONDS" --seed "${SAN_FUZZ_SEED:-$RANDOM}" \
-        --fail-on crash --out "$OUT/fuzz-findings" || { check_reports; exit 1; }
+    # The fuzzer's own loop is bounded too: a mutation that never finished (tests/fuzz/mutate.py,
+    # fixed) once held this step for 49 minutes until the OOM killer ended it.
+    seed=${SAN_FUZZ_SEED:-$RANDOM}
+    echo "fuzz seed $seed"
+    fz=0
+    timeout -k 10 "$((FUZZ_SECONDS + 300))" env LD_PRELOAD="$LIBASAN" "$PY" tests/fuzz/run_fuzz.py --engine mutate \
+        --seconds "$FUZZ_SECONDS" --seed "$seed" --fail-on crash --out "$OUT/fuzz-findings" || fz=$?
+    if [ "$fz" != 0 ]; then
+        [ "$fz" = 124 ] && echo "the fuzz run (seed $seed) did not end within $((FUZZ_SECONDS + 300)) s"
+        check_reports; exit 1
+    fi
     check_reports
 fi
 

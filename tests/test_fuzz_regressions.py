@@ -192,3 +192,33 @@ def test_short_fuzz_run_finds_no_crash(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "150 inputs" in r.stdout, r.stdout[-2000:]
+
+
+MUTATOR_PROBE = r"""
+import sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import formats, mutate
+seeds = {"gguf": formats.seeds(), "safetensors": formats.st_seeds(), "hf": formats.hf_seeds()}
+mutators = {"gguf": mutate.mutate_gguf, "safetensors": mutate.mutate_safetensors, "hf": mutate.mutate_hf}
+worst = (0.0, None)
+for kind, first, count in [(k, int(a), int(b)) for k, a, b in (x.split(":") for x in sys.argv[2:])]:
+    names = sorted(seeds[kind])
+    for s in range(first, first + count):
+        t = time.perf_counter()
+        out = mutators[kind](seeds[kind][names[s % len(names)]], np.random.default_rng(s))
+        dt = time.perf_counter() - t
+        assert len(out) < 64 << 20, (kind, s, len(out))
+        worst = max(worst, (dt, (kind, s)))
+print("slowest", worst)
+"""
+
+
+def test_fuzz_mutators_stay_bounded():
+    """The fuzzer mutates in its parent process, so a mutation must finish quickly and stay small:
+    gguf seed 19956 once built a Python list of 2**64 per-layer entries from a mutated block count
+    and ran CI's fuzz step into the OOM killer after 49 minutes. That seed, plus a sweep of each
+    format's mutator, each mutation under 64 MiB and the whole within 240 s."""
+    r = subprocess.run([sys.executable, "-c", MUTATOR_PROBE, FUZZ, "gguf:19956:1", "gguf:0:2000",
+                        "safetensors:0:2000", "hf:0:500"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

@@ -153,6 +153,7 @@ def m_kv_value(g: GGUF, rng):
         # per-layer arrays of the wrong length or with bad entries
         bc = g.kv(f"{arch}.block_count")
         L = int(bc.value) if bc is not None and isinstance(bc.value, int) else 1
+        L = min(L, 1024)  # an earlier mutation may have set a block count of 2**64 - 1: no list that long
         n = pick(rng, [0, L - 1 if L > 0 else 0, L, L + 1])
         g.set(key, ARR, [pick(rng, [0, 1, 2, 4, 2**31 - 1, 2**32 - 1]) for _ in range(n)], pick(rng, [U32, I32]))
         return
