@@ -137,6 +137,8 @@ typedef struct {
     float *moe;     /* the widest mixture-of-experts layer's buffers (rlxc_moe_scratch) */
     int *moe_idx;
     size_t cap_moe, cap_moe_idx;
+    float *rows;    /* each thread's RLXC_OWN_ROWS rows of hidden_size (pipeline.c) */
+    size_t cap_rows;
 } rlxc_scratch;
 
 struct rlxc_pipeline {

@@ -26,6 +26,7 @@ void rlxc_pipeline_free(rlxc_pipeline *p) {
     free(p->s.probs);
     free(p->s.moe);
     free(p->s.moe_idx);
+    free(p->s.rows);
     free(p->tap_masks);
     free(p);
 }
@@ -157,6 +158,10 @@ static int validate(const rlxc_pipeline *p, char *err) {
 }
 
 
+/* Rows of hidden_size each thread has to itself (p->s.rows): the residual row it holds, that
+ * row normed, and a normed output (o after a post-norm) before it is added. */
+#define RLXC_OWN_ROWS 3
+
 /* The per-token buffers of layer l over T tokens, carved out of the scratch. */
 typedef struct {
     float *xa, *q, *k, *v, *att, *o, *f1, *f2;
@@ -181,13 +186,16 @@ static bufs layout(const rlxc_pipeline *p, const rlxc_layer *l, int T) {
      * them while others still read the last stage's buffers of this one */
     b.inv = p->s.act;
     float *s = p->s.act + p->rope_floats;
-    b.xa = s;
+    /* o first, at the same place in every layer: a decode whose threads each hold the residual
+     * row (rlxc_pipeline_layers) has threads add this layer's o while others already write the
+     * next layer's q, k and v, whose places depend on the layer's shape */
+    b.o = s;
+    b.xa = s += H * T;
     b.q = s += H * T;
     b.k = s += Q * T;
     b.v = s += KV * T;
     b.att = s += KV * T;
-    b.o = s += Q * T;
-    b.f1 = s += H * T;
+    b.f1 = s += Q * T;
     b.f2 = s += F * T;
     b.cs = s += F * T;
     b.sn = s + np * T;
@@ -303,6 +311,8 @@ static int ensure_scratch(rlxc_pipeline *p, int T, size_t extra_floats, int n_th
     if (grow((void **)&s->moe, &s->cap_moe, need_moe, sizeof(float)) ||
         grow((void **)&s->moe_idx, &s->cap_moe_idx, need_moe_idx, sizeof(int)))
         FAIL("out of memory for the experts of %d tokens", T);
+    if (grow((void **)&s->rows, &s->cap_rows, (size_t)nth * RLXC_OWN_ROWS * p->layers[0]->hidden_size, sizeof(float)))
+        FAIL("out of memory for scratch of %d threads", nth);
     return 0;
 }
 
@@ -618,30 +628,46 @@ void rlxc_ffn_activate(void *ctx, int r0, int r1) {
     }
 }
 
+/* The residual stream as one thread updates it in a layer: rows [t0, t1) of x[T][H] and of their
+ * norms xa; held: every thread holds the one token's row (x, xa its own), so no barrier waits for
+ * another thread's update or norm. tmp: the thread's own row for a normed output. */
+typedef struct {
+    float *x, *xa, *tmp;
+    size_t t0, t1;
+    int held;
+} resid;
+
 /* One layer over x[T][H] in place, the whole team; ple: this layer's slice of the first token's
- * inputs, ple_stride floats per token. */
+ * inputs, ple_stride floats per token; own: this thread's RLXC_OWN_ROWS rows, the first holding
+ * the token's residual row where `held`. */
 static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *x, const float *ple,
-                          size_t ple_stride, int T, int pos0) {
+                          size_t ple_stride, int T, int pos0, float *own, int held) {
     const rlxc_kernels *kn = rlxc_kernels_active();
     const rlxc_layer *l = p->layers[li];
     const rlxc_weight *w = l->w;
-    const int H = l->hidden_size, np = l->rotary_dim / 2, own = l->kv_shared_from < 0;
+    const int H = l->hidden_size, np = l->rotary_dim / 2, kv_own = l->kv_shared_from < 0;
     const size_t Q = (size_t)l->num_q_heads * l->head_dim, I = l->intermediate_size;
     const bufs b = layout(p, l, T);
-    size_t t0, t1, a, e;
-    rlxc_team_share(tm, (size_t)T, 1, &t0, &t1); /* this thread's tokens in the per-token stages */
+    size_t a, e;
+    resid r = {own, own + H, own + 2 * (size_t)H, 0, 1, 1};
+    if (!held) { /* the shared rows, this thread's tokens in the per-token stages */
+        r = (resid){x, b.xa, own + 2 * (size_t)H, 0, 0, 0};
+        rlxc_team_share(tm, (size_t)T, 1, &r.t0, &r.t1);
+    }
 
     /* attention block: input norm and the RoPE frequencies, then Q/K/V and the angles */
     rlxc_team_time(tm, RLXC_TIME_NORM);
-    for (size_t t = t0; t < t1; t++) steer(x + t * H, &w[RLXC_W_STEER_PRE], l->steer_scale, H);
-    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_PRE, x, T, pos0, H);
-    for (size_t t = t0; t < t1; t++)
-        norm_row(l, b.xa + t * H, x + t * H, H, &w[RLXC_W_ATTN_NORM], l->input_norm_bias ? &w[RLXC_W_ATTN_NORM_B] : NULL);
-    rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_IN, b.xa, T, pos0, H);
+    for (size_t t = r.t0; t < r.t1; t++) steer(r.x + t * H, &w[RLXC_W_STEER_PRE], l->steer_scale, H);
+    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_PRE, r.x, T, pos0, H);
+    for (size_t t = r.t0; t < r.t1; t++)
+        norm_row(l, r.xa + t * H, r.x + t * H, H, &w[RLXC_W_ATTN_NORM], l->input_norm_bias ? &w[RLXC_W_ATTN_NORM_B] : NULL);
+    rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_IN, r.xa, T, pos0, H);
     rlxc_team_time(tm, RLXC_TIME_HEADS);
     rlxc_team_share(tm, (size_t)np, 1, &a, &e);
     for (size_t k = a; k < e; k++) b.inv[k] = rope_inv_freq(l, (int)k);
-    rlxc_team_sync(tm); /* the frequencies, and the normed rows for the products below */
+    /* the frequencies, and the normed rows for the products below; a thread holding the row
+     * normed its own, and with one token the angles below split as the frequencies above did */
+    if (!r.held) rlxc_team_sync(tm);
     rlxc_team_share(tm, (size_t)T * np, 1, &a, &e);
     for (size_t it = a; it < e; it++)
         rope_angle(l, b.inv[it % np], rlxc_pos_of(p, pos0, (int)(it / np)), b.cs + it, b.sn + it);
@@ -650,13 +676,13 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
                            {b.k, &w[RLXC_W_K], qb ? &w[RLXC_W_K_B] : NULL},
                            {b.v, &w[RLXC_W_V], qb ? &w[RLXC_W_V_B] : NULL}};
     rlxc_team_time(tm, RLXC_TIME_QKV);
-    rlxc_products(p, tm, b.xa, T, H, qkv, own ? (l->v_from_k ? 2 : 3) : 1);
+    rlxc_products(p, tm, r.xa, T, H, qkv, kv_own ? (l->v_from_k ? 2 : 3) : 1);
     rlxc_team_sync(tm);
     rlxc_team_time(tm, RLXC_TIME_HEADS);
     qkv_heads(p, tm, li, &b, T, pos0);
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, li, RLXC_STAGE_Q, b.q, T, pos0, Q);
-    if (own) {
+    if (kv_own) {
         const size_t KV = (size_t)l->num_kv_heads * l->head_dim;
         const int kt = rlxc_tap(p, tm, li, RLXC_STAGE_K, b.k, T, pos0, KV);
         if (rlxc_tap(p, tm, li, RLXC_STAGE_V, b.v, T, pos0, KV) || kt) {
@@ -673,18 +699,19 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
     rlxc_team_sync(tm);
     rlxc_tap(p, tm, li, RLXC_STAGE_ATTN_OUT, b.o, T, pos0, H);
     rlxc_team_time(tm, RLXC_TIME_NORM);
-    for (size_t t = t0; t < t1; t++) {
-        float *o = b.o + t * H, *xt = x + t * H;
-        if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_ATTN_POST_NORM], NULL);
+    for (size_t t = r.t0; t < r.t1; t++) {
+        const float *o = b.o + t * H;
+        float *xt = r.x + t * H;
+        if (l->sandwich_norm) norm_row(l, r.tmp, o, H, &w[RLXC_W_ATTN_POST_NORM], NULL), o = r.tmp;
         kn->add(xt, o, H);
         steer(xt, &w[RLXC_W_STEER_MID], l->steer_scale, H);
     }
-    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_MID, x, T, pos0, H);
-    for (size_t t = t0; t < t1; t++)
-        norm_row(l, b.xa + t * H, x + t * H, H, &w[RLXC_W_FFN_NORM],
+    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_MID, r.x, T, pos0, H);
+    for (size_t t = r.t0; t < r.t1; t++)
+        norm_row(l, r.xa + t * H, r.x + t * H, H, &w[RLXC_W_FFN_NORM],
                  l->post_attn_norm_bias ? &w[RLXC_W_FFN_NORM_B] : NULL);
-    rlxc_team_sync(tm);
-    rlxc_tap(p, tm, li, RLXC_STAGE_MLP_IN, b.xa, T, pos0, H);
+    if (!r.held) rlxc_team_sync(tm);
+    rlxc_tap(p, tm, li, RLXC_STAGE_MLP_IN, r.xa, T, pos0, H);
 
     /* feed-forward block: gate and up split alike, so each thread activates its own rows */
     if (I > 0) {
@@ -695,7 +722,7 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
                                      {b.f2, &w[RLXC_W_UP], ub ? &w[RLXC_W_UP_B] : NULL}};
         rlxc_ffn_act act = {l, b.f1, gated ? b.f2 : NULL, w[RLXC_W_NEURON_SCALE].data, NULL, 0, I, T};
         rlxc_team_time(tm, RLXC_TIME_FFN_UP);
-        rlxc_products_alike(p, tm, b.xa, T, H, ffn, gated ? 2 : 1, rlxc_ffn_activate, &act);
+        rlxc_products_alike(p, tm, r.xa, T, H, ffn, gated ? 2 : 1, rlxc_ffn_activate, &act);
         rlxc_team_sync(tm);
         rlxc_tap(p, tm, li, RLXC_STAGE_MLP_ACT, b.f1, T, pos0, I);
         rlxc_team_time(tm, RLXC_TIME_FFN_DOWN);
@@ -703,39 +730,47 @@ static void layer_forward(rlxc_pipeline *p, const rlxc_team *tm, int li, float *
                       &(rlxc_product){b.o, &w[RLXC_W_DOWN], l->ffn_down_bias ? &w[RLXC_W_DOWN_B] : NULL}, 1);
     }
     if (l->num_experts) rlxc_team_time(tm, RLXC_TIME_EXPERTS);
-    float *moe_out = l->num_experts ? rlxc_moe(p, tm, li, x, b.xa, T) : NULL;
+    float *moe_out = l->num_experts ? rlxc_moe(p, tm, li, r.x, r.xa, T) : NULL; /* never held */
     rlxc_team_sync(tm);
-    if (moe_out) mix_experts(l, &b, moe_out, t0, t1);
+    if (moe_out) mix_experts(l, &b, moe_out, r.t0, r.t1);
     rlxc_tap(p, tm, li, RLXC_STAGE_MLP_OUT, b.o, T, pos0, H);
     rlxc_team_time(tm, RLXC_TIME_NORM);
-    for (size_t t = t0; t < t1; t++) {
-        float *o = b.o + t * H;
-        if (l->sandwich_norm) norm_row(l, o, o, H, &w[RLXC_W_FFN_POST_NORM], NULL);
-        kn->add(x + t * H, o, H);
+    for (size_t t = r.t0; t < r.t1; t++) {
+        const float *o = b.o + t * H;
+        if (l->sandwich_norm) norm_row(l, r.tmp, o, H, &w[RLXC_W_FFN_POST_NORM], NULL), o = r.tmp;
+        kn->add(r.x + t * H, o, H);
     }
 
     /* Gemma 4 per-layer input: y += RMSNorm(proj(act(gate y) * ple)), RMS whatever norm_type */
     if (l->ple_dim > 0) {
         const int P = l->ple_dim;
-        rlxc_team_sync(tm);
+        if (!r.held) rlxc_team_sync(tm);
         rlxc_team_time(tm, RLXC_TIME_PLE);
         rlxc_ffn_act act = {l, b.f1, NULL, NULL, ple, ple_stride, (size_t)P, T};
-        rlxc_products_alike(p, tm, x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, rlxc_ffn_activate, &act);
+        rlxc_products_alike(p, tm, r.x, T, H, &(rlxc_product){b.f1, &w[RLXC_W_PLE_GATE], NULL}, 1, rlxc_ffn_activate, &act);
         rlxc_team_sync(tm);
         rlxc_products(p, tm, b.f1, T, P, &(rlxc_product){b.o, &w[RLXC_W_PLE_PROJ], NULL}, 1);
         rlxc_team_sync(tm);
-        for (size_t t = t0; t < t1; t++) {
-            float *o = b.o + t * H;
-            kn->rmsnorm(o, o, w[RLXC_W_PLE_NORM].data, l->norm_offset, l->eps, H);
-            kn->add(x + t * H, o, H);
+        for (size_t t = r.t0; t < r.t1; t++) {
+            kn->rmsnorm(r.tmp, b.o + t * H, w[RLXC_W_PLE_NORM].data, l->norm_offset, l->eps, H);
+            kn->add(r.x + t * H, r.tmp, H);
         }
         rlxc_team_time(tm, RLXC_TIME_NORM);
     }
-    for (size_t t = t0; t < t1; t++) {
-        if (l->layer_scalar != 1.0f) kn->scale(x + t * H, l->layer_scalar, H);
-        steer(x + t * H, &w[RLXC_W_STEER_POST], l->steer_scale, H);
+    for (size_t t = r.t0; t < r.t1; t++) {
+        if (l->layer_scalar != 1.0f) kn->scale(r.x + t * H, l->layer_scalar, H);
+        steer(r.x + t * H, &w[RLXC_W_STEER_POST], l->steer_scale, H);
     }
-    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_POST, x, T, pos0, H);
+    rlxc_tap(p, tm, li, RLXC_STAGE_RESID_POST, r.x, T, pos0, H);
+}
+
+/* Whether layer li's taps read or edit its residual row or that row normed (the shared ones). */
+static int taps_resid(const rlxc_pipeline *p, int li) {
+    static const rlxc_stage resid[] = {RLXC_STAGE_RESID_PRE, RLXC_STAGE_ATTN_IN, RLXC_STAGE_RESID_MID,
+                                       RLXC_STAGE_MLP_IN, RLXC_STAGE_RESID_POST};
+    for (size_t k = 0; k < sizeof resid / sizeof *resid; k++)
+        if (rlxc_tapped(p, li, resid[k])) return 1;
+    return 0;
 }
 
 void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const float *ple, int T, int pos0,
@@ -743,8 +778,21 @@ void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const
     const size_t H = p->layers[0]->hidden_size, ple_stride = rlxc_pipeline_ple_stride(p);
     size_t ple_off = 0, t0, t1;
     rlxc_team_share(tm, (size_t)T, 1, &t0, &t1);
+    float *own = p->s.rows + (size_t)tm->ith * RLXC_OWN_ROWS * H;
+    /* A decode on several threads: every thread holds the token's residual row and updates and
+     * norms it itself (the same operations in the same order: the same bits), which saves the two
+     * barriers a layer that would wait for one thread's norm. Layers with experts keep the shared
+     * row, which their routing reads by token, and so do layers whose taps read or edit it. */
+    int held = 0;
     for (int i = 0; i < p->n_layers; i++) {
-        layer_forward(p, tm, i, x, ple ? ple + ple_off : NULL, ple_stride, T, pos0);
+        const int hold = T == 1 && tm->nth > 1 && !p->layers[i]->num_experts && !taps_resid(p, i);
+        if (hold && !held) { /* x's row is the embedding's, or a layer's that did not hold it */
+            rlxc_team_sync(tm);
+            memcpy(own, x, H * sizeof(float));
+        }
+        layer_forward(p, tm, i, x, ple ? ple + ple_off : NULL, ple_stride, T, pos0, own, hold);
+        if (hold && tm->ith == 0) memcpy(x, own, H * sizeof(float)); /* x stays the stream's row */
+        held = hold;
         ple_off += p->layers[i]->ple_dim;
         if (layer_out)
             memcpy(layer_out + ((size_t)i * layer_out_T + t0) * H, x + t0 * H, (t1 - t0) * H * sizeof(float));

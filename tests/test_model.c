@@ -3,7 +3,8 @@
  * sandwich norms, biases, Gemma 4 per-layer inputs, experts beside the dense FFN, quantized and
  * float weights, an untied
  * quantized lm_head, final softcap) built through rlxc.h alone, then for each ISA:
- *   - prefill and decode give identical bits on 1, 2, 3 and 7 threads (both activation modes);
+ *   - prefill and decode give identical bits on 1, 2, 3 and 7 threads (both activation modes;
+ *     layers 4 and 5, without experts, are where a decode's threads each hold the residual row);
  *   - a prefill's logits match token-by-token decodes (1e-4 relative to the largest logit);
  *   - a rewind (decode at pos < n_past) reproduces the first run's logits exactly;
  *   - bad calls (ids outside the vocabulary, positions past the cache, too many tokens) fail
@@ -32,7 +33,7 @@
 
 #define H 96
 #define V 50
-#define NL 4
+#define NL 6
 #define P 32
 #define T_PROMPT 9
 #define T_DECODE 4
@@ -90,7 +91,7 @@ static void configure(rlxc_layer *l, int i) {
     l->attn_softcap = i == 2 ? 30.0f : 0.0f;
     l->layer_scalar = i == 3 ? 0.5f : 1.0f;
     l->ple_dim = P;
-    if (i % 2) { /* experts beside the dense FFN: 2 of 6 (layer 1), all 5 (layer 3) */
+    if (i == 1 || i == 3) { /* experts beside the dense FFN: 2 of 6 (layer 1), all 5 (layer 3) */
         l->num_experts = i == 1 ? 6 : 5;
         l->num_experts_used = i == 1 ? 2 : 5;
         l->expert_intermediate_size = i == 1 ? 64 : 32;
@@ -100,7 +101,7 @@ static void configure(rlxc_layer *l, int i) {
 
 /* Every slot the layer uses: matrices in q4_0 / q8_0 / f32 by layer, vectors near 1 (norms) or 0. */
 static int fill(rlxc_layer *l, int i, char *err) {
-    static const rlxc_wtype types[NL] = {RLXC_Q4_0, RLXC_Q8_0, RLXC_F32, RLXC_Q4_0};
+    static const rlxc_wtype types[NL] = {RLXC_Q4_0, RLXC_Q8_0, RLXC_F32, RLXC_Q4_0, RLXC_Q8_0, RLXC_Q4_0};
     for (int s = 0; s < RLXC_W_COUNT; s++) {
         if (!rlxc_wslot_used(l, (rlxc_wslot)s)) continue;
         int rows, cols;
@@ -230,7 +231,8 @@ static void test_kv(const char *isa, rlxc_model *m, const int32_t *ids) {
 typedef struct {
     int calls, fail_at;        /* fail_at: the call that returns 1 (0: none) */
     double sum;                /* of every value seen */
-    const float *add;          /* added to layers.1.resid_post when set */
+    const float *add;          /* added to layers.<add_layer>.resid_post when set */
+    int add_layer;
     int bad_width;
 } tap_log;
 
@@ -252,7 +254,7 @@ static int log_tap(void *ctx, int layer, rlxc_stage s, float *data, int T, int p
     const rlxc_layer *l = tap_layers[layer < 0 ? 0 : layer];
     if (width != expected_width(l, s, pos0 + T)) lg->bad_width++;
     for (int i = 0; i < T * width; i++) lg->sum += data[i];
-    if (lg->add && layer == 1 && s == RLXC_STAGE_RESID_POST)
+    if (lg->add && layer == lg->add_layer && s == RLXC_STAGE_RESID_POST)
         for (int t = 0; t < T; t++)
             for (int i = 0; i < H; i++) data[t * H + i] += lg->add[i];
     return ++lg->calls == lg->fail_at;
@@ -294,18 +296,35 @@ static void test_taps(const char *isa, rlxc_model *m, const int32_t *ids) {
     ok = ok && !run_tapped(m, ids, masks, &b, probs, err) && max_diff(ref, probs, n) <= 1e-5f * max_abs(ref, n);
     ok = ok && a.calls == 2 * (stages_per_call - NL) && b.calls == 2 * stages_per_call && !a.bad_width && !b.bad_width;
     ok = ok && !run_tapped(m, ids, no_probs, &c, got, err) && c.sum == a.sum; /* 3 threads see what 1 saw */
-    if (!ok) printf("  taps: %s (calls %d / %d of %d per call)\n", err, a.calls, b.calls, stages_per_call);
+    /* taps off the residual row only: a decode on several threads keeps each thread's own row in
+     * the layers without experts */
+    const uint32_t resid = (1u << RLXC_STAGE_RESID_PRE) | (1u << RLXC_STAGE_ATTN_IN) | (1u << RLXC_STAGE_RESID_MID) |
+                           (1u << RLXC_STAGE_MLP_IN) | (1u << RLXC_STAGE_RESID_POST);
+    uint32_t inner[NL + 1] = {0};
+    int inner_per_call = 0;
+    for (int i = 0; i < NL; i++) inner_per_call += __builtin_popcount(inner[i] = no_probs[i] & ~resid);
+    tap_log e = {0};
+    ok = ok && !run_tapped(m, ids, inner, &e, got, err) && !memcmp(ref, got, n * sizeof(float)) &&
+         e.calls == 2 * inner_per_call;
+    if (!ok) printf("  taps: %s (calls %d / %d / %d of %d / %d per call)\n", err, a.calls, b.calls, e.calls,
+                    stages_per_call, inner_per_call);
     check(ok, isa, "taps see every stage once per call, the same on 1 and 3 threads, and change nothing");
-    /* a tap adding v to layers.1.resid_post == the steer_resid_post slot */
+    /* a tap adding v to layers.L.resid_post == the steer_resid_post slot, on 3 threads: L = 1 has
+     * experts, L = 4 none and neither has the next (their decode holds a residual row in each
+     * thread, but not in a layer whose taps edit it) */
     float *v = random_floats(H, 0.5f, 0.0f);
-    uint32_t one[NL + 1] = {0};
-    one[1] = 1u << RLXC_STAGE_RESID_POST;
-    tap_log d = {.add = v};
-    ok = !run_tapped(m, ids, one, &d, got, err);
-    ok = ok && !rlxc_layer_set_weight(tap_layers[1], RLXC_W_STEER_POST, v, 1, H, RLXC_F32, err) &&
-         !run_tapped(m, ids, NULL, NULL, probs, err) && !memcmp(got, probs, n * sizeof(float)) && memcmp(got, ref, n * sizeof(float));
-    rlxc_layer_clear_weight(tap_layers[1], RLXC_W_STEER_POST);
-    check(ok, isa, "a tap adding a vector equals the steering slot bit for bit");
+    ok = 1;
+    for (int L = 1; L <= 4; L += 3) {
+        uint32_t one[NL + 1] = {0};
+        one[L] = 1u << RLXC_STAGE_RESID_POST;
+        tap_log d = {.add = v, .add_layer = L};
+        ok = ok && !run_tapped(m, ids, one, &d, got, err);
+        ok = ok && !rlxc_layer_set_weight(tap_layers[L], RLXC_W_STEER_POST, v, 1, H, RLXC_F32, err) &&
+             !run_tapped(m, ids, NULL, NULL, probs, err) && !memcmp(got, probs, n * sizeof(float)) &&
+             memcmp(got, ref, n * sizeof(float));
+        rlxc_layer_clear_weight(tap_layers[L], RLXC_W_STEER_POST);
+    }
+    check(ok, isa, "a tap adding a vector equals the steering slot bit for bit (a layer with experts and one without)");
     /* a failing tap: the call fails naming the stage, the cache keeps its tokens */
     ok = !run_tapped(m, ids, NULL, NULL, got, err);
     tap_log f = {.fail_at = 4}; /* embed, resid_pre, attn_in, q */
