@@ -67,7 +67,8 @@ void rlxc_xin_prepare(const rlxc_team *tm, rlxc_xin *in, const float *x, int T, 
     in->x = x, in->T = T, in->K = K, in->act = act;
     if (act != RLXC_ACT_Q8) return;
     /* One token: each thread quantizes the row into its own slots, which costs less than the
-     * barrier a shared copy needs (decode's products then need no barrier before them). */
+     * barrier a shared copy needs (decode's products then need no barrier before them). A slot's
+     * place depends on K, so products of different widths need a barrier between them. */
     const int own = T == 1 && tm->nth > 1;
     const size_t slot_bytes = xin_bytes(K, T) / RLXC_X_FORMATS;
     if (own) scratch = (char *)scratch + (size_t)tm->ith * xin_bytes(K, 1);

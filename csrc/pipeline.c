@@ -791,7 +791,7 @@ void rlxc_pipeline_layers(rlxc_pipeline *p, const rlxc_team *tm, float *x, const
             memcpy(own, x, H * sizeof(float));
         }
         layer_forward(p, tm, i, x, ple ? ple + ple_off : NULL, ple_stride, T, pos0, own, hold);
-        if (hold && tm->ith == 0) memcpy(x, own, H * sizeof(float)); /* x stays the stream's row */
+        if (hold && t1 > t0) memcpy(x, own, H * sizeof(float)); /* the token's owner keeps x current */
         held = hold;
         ple_off += p->layers[i]->ple_dim;
         if (layer_out)
